@@ -1,0 +1,53 @@
+"""Build hook: compile the CUDA kernel families ahead of time during ``build_py``.
+
+All metadata lives in pyproject.toml.  This file only adds a ``build_py`` command that first runs
+``kernels_cuda/build.py`` so that ``fib_runtime/kernels/_bin/libfib_<family>.so`` ship inside the
+wheel as package data (pyproject's ``[tool.setuptools.package-data]`` lists ``kernels/_bin/*.so``).
+It also runs for ``pip install -e .`` (setuptools' editable_wheel runs build_py; the binaries are
+written into the source tree, where the loader finds them).
+
+``FIB_BUILD_KERNELS=0`` skips the compile.  Without nvcc the build prints "kernels unavailable"
+and carries on: the package installs and reports the kernels unavailable at run time.
+``FIB_BUILD_KERNELS_STRICT=1`` turns a missing nvcc into an error.  ``FIB_BUILD_JOBS`` sets the
+parallel nvcc jobs (default: CPU count).
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py as _build_py
+
+HERE = Path(__file__).resolve().parent
+
+
+def _build_kernels() -> None:
+    if os.environ.get("FIB_BUILD_KERNELS", "1").strip().lower() in ("0", "false", "no", "off"):
+        print("fib kernels: skipped (FIB_BUILD_KERNELS=0)")
+        return
+    script = HERE / "kernels_cuda" / "build.py"
+    if not script.is_file():  # e.g. building from an sdist that left the sources out
+        print("fib kernels: kernels_cuda/build.py not found; kernels unavailable")
+        return
+    cmd = [sys.executable, str(script)]
+    if os.environ.get("FIB_BUILD_JOBS"):
+        cmd += ["-j", os.environ["FIB_BUILD_JOBS"]]
+    if os.environ.get("FIB_BUILD_KERNELS_STRICT", "0") == "1":
+        cmd.append("--strict")
+    rc = subprocess.call(cmd, cwd=str(HERE))
+    if rc != 0:
+        raise SystemExit(f"fib kernels: kernels_cuda/build.py failed (exit {rc}); "
+                         "set FIB_BUILD_KERNELS=0 to install without CUDA kernels")
+
+
+class build_py(_build_py):
+    def run(self):
+        _build_kernels()
+        # data_files is computed lazily from the package-data globs; drop any early value so
+        # the freshly built .so files are picked up.
+        self.__dict__.pop("data_files", None)
+        super().run()
+
+
+setup(cmdclass={"build_py": build_py})
