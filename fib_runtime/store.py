@@ -8,6 +8,10 @@ Layout (flashinfer-bench ``TraceSet``)::
     traces/<author>/<op_type>/<definition>.jsonl    # evaluation traces
     blob/workloads/<op_type>/<definition>/<definition>_<uuid>.safetensors
 
+A FlashInfer 0.7 dump folder (``FLASHINFER_TRACE_DUMP_DIR``: flat ``<dir>/<name>.json``, no
+``definitions/`` folder) opens too; its definitions are read from the root (``ds.layout ==
+"flat"``). Open it with ``dialect="flashinfer"``.
+
 Usage::
 
     ds = Dataset.open("path/to/dataset")            # DatasetError if missing
@@ -108,8 +112,20 @@ class Dataset:
             self._problem(path, f"bad JSON: {e.msg} at line {e.lineno} column {e.colno}", e.lineno)
         return None, None
 
+    def _definition_files(self) -> List[Path]:
+        """``definitions/**/*.json``; or, for a FlashInfer dump folder (flat ``<dir>/<name>.json``,
+        no ``definitions/`` folder), the JSON files at the root. Sets ``self.layout``."""
+        folder = self.root / "definitions"
+        if not folder.is_dir():
+            flat = sorted(p for p in self.root.glob("*.json") if p.is_file())
+            if flat:
+                self.layout = "flat"
+                return flat
+        self.layout = "canonical"
+        return sorted(folder.rglob("*.json"))
+
     def _load_definitions(self) -> None:
-        for path in sorted((self.root / "definitions").rglob("*.json")):
+        for path in self._definition_files():
             text, raw = self._read_json(path)
             if raw is None:
                 continue
@@ -256,7 +272,11 @@ class Dataset:
 
     # ---- paths -----------------------------------------------------------------------
     def definition_path(self, d: Definition) -> Path:
-        return self._files.get("def:" + d.name) or self.root / "definitions" / d.op_type / f"{d.name}.json"
+        if "def:" + d.name in self._files:
+            return self._files["def:" + d.name]
+        if self.layout == "flat":
+            return self.root / f"{d.name}.json"
+        return self.root / "definitions" / d.op_type / f"{d.name}.json"
 
     def solution_path(self, s: Solution) -> Path:
         if "sol:" + s.name in self._files:

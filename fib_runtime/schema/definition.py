@@ -103,11 +103,11 @@ class Definition(TraceModel):
             for tname, spec in specs.items():
                 for ax in spec.shape or ():
                     if ax not in self.axes:
-                        raise ValueError(f"{kind}.{tname}.shape names undefined axis {ax!r}")
+                        raise ValueError(f"{kind}.{tname}.shape: names undefined axis {ax!r}")
         if fib:
             overlap = sorted(set(self.inputs) & set(self.outputs))
             if overlap:
-                raise ValueError(f"input and output names overlap: {', '.join(overlap)}")
+                raise ValueError(f"outputs: input and output names overlap: {', '.join(overlap)}")
         used = {ax for s in list(self.inputs.values()) + list(self.outputs.values())
                 for ax in (s.shape or ())}
         for ax, spec in self.axes.items():

@@ -82,5 +82,5 @@ class Trace(TraceModel):
     @model_validator(mode="after")
     def _consistent(self):
         if self.evaluation is not None and self.solution is None:
-            raise ValueError("an evaluation trace must name its 'solution'")
+            raise ValueError("solution: an evaluation trace must name its 'solution'")
         return self
