@@ -1,6 +1,6 @@
 """``fib validate``, ``fib list`` and ``fib show``: look at a FlashInfer Trace dataset.
 
-    fib validate PATH [--skip-blobs] [--dialect fib|flashinfer] [--json]
+    fib validate [PATH] [--skip-blobs] [--dialect fib|flashinfer] [--json]
     fib list [PATH] [--dialect ...] [--json]
     fib show NAME [--dataset PATH] [--reference] [--json]
 
@@ -37,7 +37,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "validate", help="check a dataset: every problem with file, line and field",
         description="Check every definition, solution, workload and trace file of a dataset.")
-    p.add_argument("path", help="dataset root (or a FlashInfer dump folder)")
+    p.add_argument("path", nargs="?", default=None,
+                   help="dataset root or FlashInfer dump folder (default: $FIB_DATASET_PATH, "
+                        "else the embedded default)")
     p.add_argument("--skip-blobs", action="store_true",
                    help="check everything except the presence of safetensors blob files")
     _dialect_flag(p)
@@ -89,7 +91,7 @@ def _plural(n: int, word: str) -> str:
 
 # ---- validate ---------------------------------------------------------------------------------
 def cmd_validate(args) -> int:
-    ds = _open(args.path, args.dialect, check_blobs=not args.skip_blobs)
+    ds = _open(resolve_dataset_path(args.path), args.dialect, check_blobs=not args.skip_blobs)
     counts = _counts(ds)
     errors = [p for p in ds.problems if p.severity == "error"]
     warnings = [p for p in ds.problems if p.severity != "error"]
