@@ -1,0 +1,151 @@
+"""Every ``FIB_*`` environment variable fib-runtime reads, in one place.
+
+Values are read from ``os.environ`` when accessed (``envs.FIB_STRICT``), never cached here, so a
+test can ``monkeypatch.setenv`` and see the new value. Hot paths never read the environment:
+the dispatcher reads what it needs once, in :func:`fib_runtime.dispatch.enable`, and keeps it.
+
+    from fib_runtime import envs
+    if envs.FIB_ENABLE_APPLY:
+        ...
+    envs.describe()          # [(name, current value, default, help), ...] for docs and the CLI
+
+Names shared with flashinfer-bench keep its meaning: ``FIB_ENABLE_APPLY``, ``FIB_ENABLE_TRACING``,
+``FIB_DATASET_PATH``, ``FIB_CACHE_PATH``.
+
+Parsing rules: booleans accept ``1/true/yes/on`` and ``0/false/no/off`` (any case; anything
+else is the default); lists are comma-separated ``fnmatch`` patterns (blank items dropped);
+numbers that do not parse are the default. A bad value never raises.
+
+Other helpers (tracer, adapters, kernels) add their variables to :data:`_SPECS` below, one line
+each, and read them the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+__all__ = ["describe", "get", "is_set", "names"]
+
+_TRUE = {"1", "true", "yes", "on", "y", "t"}
+_FALSE = {"0", "false", "no", "off", "n", "f", ""}
+
+
+def _bool(raw: str, default: bool) -> bool:
+    v = raw.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    return default
+
+
+def _str(raw: str, default: Optional[str]) -> Optional[str]:
+    v = raw.strip()
+    return v if v else default
+
+
+def _path(raw: str, default: Optional[str]) -> Optional[str]:
+    v = raw.strip()
+    return os.path.expanduser(v) if v else (os.path.expanduser(default) if default else None)
+
+
+def _float(raw: str, default: float) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        return default
+
+
+def _int(raw: str, default: int) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        return default
+
+
+def _list(raw: str, default: Tuple[str, ...]) -> Tuple[str, ...]:
+    items = tuple(p.strip() for p in raw.split(",") if p.strip())
+    return items if raw.strip() else default
+
+
+@dataclass(frozen=True)
+class _Spec:
+    parse: Callable[[str, Any], Any]
+    default: Any
+    help: str
+
+
+_SPECS: Dict[str, _Spec] = {
+    # ---- dispatcher (fib_runtime.dispatch) ------------------------------------------------
+    "FIB_ENABLE_APPLY": _Spec(_bool, False,
+        "Route intercepted calls through the dispatcher (apply). Off: every call runs the original."),
+    "FIB_DATASET_PATH": _Spec(_path, None,
+        "FlashInfer Trace dataset root (definitions/, solutions/, traces/). Unset: built-in solutions only."),
+    "FIB_CACHE_PATH": _Spec(_path, "~/.cache/fib-runtime",
+        "Cache folder: compiled cuda/cpp solutions (one folder per content hash), python solution sources."),
+    "FIB_STRICT": _Spec(_bool, False,
+        "Strict mode: a solution that fails to load, raises or returns bad outputs re-raises instead of falling back."),
+    "FIB_ALLOW_DEFINITIONS": _Spec(_list, (),
+        "Comma-separated fnmatch patterns: only these definitions are dispatched (empty: all)."),
+    "FIB_DENY_DEFINITIONS": _Spec(_list, (),
+        "Comma-separated fnmatch patterns: these definitions always run the original (deny wins over allow)."),
+    "FIB_ALLOW_SOLUTIONS": _Spec(_list, (),
+        "Comma-separated fnmatch patterns: only these solutions may be chosen (empty: all)."),
+    "FIB_DENY_SOLUTIONS": _Spec(_list, (),
+        "Comma-separated fnmatch patterns: these solutions are never chosen (deny wins over allow)."),
+    "FIB_HARDWARE": _Spec(_str, None,
+        "Hardware class to select traces for (e.g. H200, A800, CPU; '*' = any). Unset: detected from device 0."),
+    "FIB_RELOAD_INTERVAL": _Spec(_float, 2.0,
+        "Seconds between dataset change checks of the hot-reload poller (0: no polling; reload() still works)."),
+    "FIB_BUILTINS": _Spec(_str, "default",
+        "Built-in solutions: 'default' (used where no traced winner exists), 'traced' (only when traces pick them), 'off'."),
+    "FIB_BUCKET_MAX_DISTANCE": _Spec(_int, 0,
+        "Largest power-of-two bucket distance used for unseen signatures (0: unlimited)."),
+    "FIB_WARMUP": _Spec(_bool, True,
+        "Build/load every candidate solution when the dispatcher is enabled (off: only `fib warmup` builds)."),
+    # ---- tracer (fib_runtime.tracer) ------------------------------------------------------
+    "FIB_ENABLE_TRACING": _Spec(_bool, False,
+        "Record workloads of intercepted calls (the tracer)."),
+    "FIB_TRACE_PATH": _Spec(_path, None,
+        "Dataset root the tracer writes workloads into (unset: FIB_DATASET_PATH)."),
+    # ---- metrics (fib_runtime.metrics) ----------------------------------------------------
+    "FIB_METRICS": _Spec(_bool, True,
+        "Export Prometheus metrics (the dispatcher's in-process stats() work either way)."),
+}
+
+
+def names() -> List[str]:
+    """All known variable names."""
+    return list(_SPECS)
+
+
+def get(name: str) -> Any:
+    """Current parsed value of ``name`` (its default when unset or unparsable)."""
+    spec = _SPECS[name]
+    raw = os.environ.get(name)
+    if raw is None:
+        d = spec.default
+        return os.path.expanduser(d) if spec.parse is _path and d else d
+    return spec.parse(raw, spec.default)
+
+
+def is_set(name: str) -> bool:
+    """Whether ``name`` is present in the environment (even if empty)."""
+    return name in os.environ
+
+
+def describe() -> List[Tuple[str, Any, Any, str]]:
+    """``(name, current value, default, help)`` for every variable."""
+    return [(n, get(n), s.default, s.help) for n, s in _SPECS.items()]
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: envs.FIB_STRICT reads the environment now
+    if name in _SPECS:
+        return get(name)
+    raise AttributeError(f"module 'fib_runtime.envs' has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(list(globals()) + list(_SPECS))
