@@ -1,0 +1,245 @@
+"""Tracer configuration: what to store per input (dump policies), what to keep (filter policies),
+process-wide limits, which ranks record, and the ``FIB_*`` environment variables.
+
+A :class:`Policy` applies to one definition (or a glob of names); :class:`TraceConfig` holds the
+process-wide settings. Both are plain frozen dataclasses, so they are cheap to copy and compare::
+
+    from fib_runtime.tracer import Policy, enable
+    enable("/data/trace", policies={
+        "top_k_sampling_from_probs_v*": Policy(dump="ints", keep_first_k=2),
+        "rmsnorm_h4096": "none",                       # shorthand: dump policy only
+        "gqa_paged_decode_*": ["kv_indptr", "kv_indices"],   # dump exactly these inputs
+    })
+
+Dump policies (what a kept call stores for each input; scalars, ``shape: null``, are always
+written as ``scalar`` values and var-axis values are always written):
+
+``"ints"`` (default)
+    integer and bool tensors (indptr, indices, top_k, seeds) go to a safetensors blob, float
+    activations are ``random`` -- the public dataset's policy (``scripts/sanitize_dumps.py``).
+``"all"``
+    every tensor goes to the blob (large: a 128k-vocab probs row is 512 kB in float32).
+``"none"``
+    every tensor is ``random``. Integer tensors recorded this way cannot be replayed (the
+    benchmark refuses random indices), so use it only for float-only definitions.
+``["name", ...]``
+    exactly the named inputs go to the blob, every other tensor is ``random``.
+
+Environment (read in :func:`env_config`; the dispatcher owner's ``fib_runtime/envs.py`` will hold
+these lines once it lands):
+
+=========================== ==========================================================
+``FIB_ENABLE_TRACING``      ``1`` turns tracing on at the first intercepted call
+``FIB_TRACE_PATH``          dataset root to write into (default ``FIB_DATASET_PATH``)
+``FIB_TRACE_DEFINITIONS``   comma-separated names or globs to trace (default: all)
+``FIB_TRACE_DUMP``          default dump policy: ``ints`` / ``all`` / ``none`` / ``a,b``
+``FIB_TRACE_KEEP_FIRST_K``  workloads kept per signature (default 1)
+``FIB_TRACE_KEEP_PER_BUCKET`` workloads kept per power-of-two signature bucket (default 4)
+``FIB_TRACE_RATE``          records per second, whole process (default 20)
+``FIB_TRACE_MAX_BYTES``     bytes written per process (default 1 GiB)
+``FIB_TRACE_RANKS``         which ranks record: ``0`` (default), ``all``, ``local0``,
+                            ``every:N`` (one per N consecutive ranks), ``0,8,16``
+=========================== ==========================================================
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+DumpSpec = Union[str, Tuple[str, ...]]
+DUMP_KINDS = ("none", "ints", "all")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Per-definition policy.
+
+    Args:
+        dump: ``"none"`` / ``"ints"`` / ``"all"`` or a tuple of input names (module docstring).
+        keep_first_k: workloads kept per signature (the tuple of var-axis values).
+        keep_per_bucket: workloads kept per signature bucket (each var-axis value rounded up to
+            a power of two), or None for no bucket limit. Bounds what a definition with a
+            free-running axis (``num_kv_indices``) can write.
+        max_workloads: workloads kept for this definition in this process, or None.
+    """
+
+    dump: DumpSpec = "ints"
+    keep_first_k: int = 1
+    keep_per_bucket: Optional[int] = 4
+    max_workloads: Optional[int] = 256
+
+    def __post_init__(self):
+        d = self.dump
+        if isinstance(d, str):
+            if d not in DUMP_KINDS:
+                raise ValueError(f"dump policy {d!r}: expected one of {DUMP_KINDS} or a list of input names")
+        else:
+            object.__setattr__(self, "dump", tuple(str(x) for x in d))
+        if self.keep_first_k < 0:
+            raise ValueError("keep_first_k must be >= 0")
+
+
+def as_policy(p: Any, base: Policy) -> Policy:
+    """A Policy from a Policy, a dump shorthand (``"all"``, ``["x"]``) or a dict of fields."""
+    if isinstance(p, Policy):
+        return p
+    if isinstance(p, Mapping):
+        return replace(base, **p)
+    if isinstance(p, str) or isinstance(p, (list, tuple)):
+        return replace(base, dump=p if isinstance(p, str) else tuple(p))
+    raise TypeError(f"cannot make a tracer Policy from {type(p).__name__}")
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    """Process-wide tracer settings (see :func:`fib_runtime.tracer.enable`).
+
+    Args:
+        dataset_path: dataset root written into (``workloads/``, ``blob/``, ``definitions/``).
+        definitions: names or globs to trace; None traces every definition seen.
+        policies: ``{name or glob: Policy}``; the first matching key wins, in insertion order.
+        default_policy: policy of a definition no key matches.
+        rate_limit: records per second for the whole process (token bucket); None = unlimited.
+        burst: token-bucket depth (records allowed at once after an idle spell).
+        max_bytes: cap on bytes (blobs + JSONL lines) this process writes; None = unlimited.
+        queue_size: entries waiting for the writer thread; a full queue drops (counted).
+        max_pending_bytes: host bytes held by queued entries; above it new calls drop.
+        ranks: which ranks record (``"0"``, ``"all"``, ``"local0"``, ``"every:N"``, ``"0,8"``).
+        write_definitions: write ``definitions/<op_type>/<name>.json`` when the dataset lacks it,
+            so that the dataset validates on its own.
+        install_signal_handler: flush on SIGTERM (main thread only; the previous handler is
+            chained).
+        flush_timeout: seconds a flush (exit, SIGTERM, :func:`flush`) waits for the writer.
+    """
+
+    dataset_path: str = ""
+    definitions: Optional[Tuple[str, ...]] = None
+    policies: Tuple[Tuple[str, Policy], ...] = ()
+    default_policy: Policy = field(default_factory=Policy)
+    rate_limit: Optional[float] = 20.0
+    burst: int = 50
+    max_bytes: Optional[int] = 1 << 30
+    queue_size: int = 128
+    max_pending_bytes: int = 512 << 20
+    ranks: str = "0"
+    write_definitions: bool = True
+    install_signal_handler: bool = True
+    flush_timeout: float = 10.0
+
+    def selected(self, name: str) -> bool:
+        if self.definitions is None:
+            return True
+        return any(name == p or fnmatch.fnmatchcase(name, p) for p in self.definitions)
+
+    def policy_for(self, name: str) -> Policy:
+        for pat, pol in self.policies:
+            if name == pat or fnmatch.fnmatchcase(name, pat):
+                return pol
+        return self.default_policy
+
+
+# ---- environment ------------------------------------------------------------------------------
+
+def _environ() -> Mapping[str, str]:
+    """The one place the tracer reads the environment (switches to ``fib_runtime.envs`` later)."""
+    return os.environ
+
+
+def _truthy(v: Optional[str]) -> bool:
+    return (v or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def tracing_requested() -> bool:
+    """``FIB_ENABLE_TRACING`` is set to a true value."""
+    return _truthy(_environ().get("FIB_ENABLE_TRACING"))
+
+
+def env_config() -> Dict[str, Any]:
+    """``enable()`` keyword arguments taken from ``FIB_TRACE_*`` (only the variables that are set)."""
+    env = _environ()
+    out: Dict[str, Any] = {}
+    path = env.get("FIB_TRACE_PATH") or env.get("FIB_DATASET_PATH")
+    if path:
+        out["dataset_path"] = path
+    if env.get("FIB_TRACE_DEFINITIONS"):
+        out["definitions"] = [s.strip() for s in env["FIB_TRACE_DEFINITIONS"].split(",") if s.strip()]
+    base = Policy()
+    if env.get("FIB_TRACE_DUMP"):
+        d = env["FIB_TRACE_DUMP"].strip()
+        base = replace(base, dump=d if d in DUMP_KINDS else tuple(s.strip() for s in d.split(",") if s.strip()))
+    if env.get("FIB_TRACE_KEEP_FIRST_K"):
+        base = replace(base, keep_first_k=int(env["FIB_TRACE_KEEP_FIRST_K"]))
+    if env.get("FIB_TRACE_KEEP_PER_BUCKET"):
+        v = env["FIB_TRACE_KEEP_PER_BUCKET"].strip().lower()
+        base = replace(base, keep_per_bucket=None if v in ("", "none", "0") else int(v))
+    if base != Policy():
+        out["default_policy"] = base
+    if env.get("FIB_TRACE_RATE"):
+        v = env["FIB_TRACE_RATE"].strip().lower()
+        out["rate_limit"] = None if v in ("none", "0", "inf") else float(v)
+    if env.get("FIB_TRACE_MAX_BYTES"):
+        v = env["FIB_TRACE_MAX_BYTES"].strip().lower()
+        out["max_bytes"] = None if v in ("none", "0") else int(float(v))
+    if env.get("FIB_TRACE_RANKS"):
+        out["ranks"] = env["FIB_TRACE_RANKS"].strip()
+    return out
+
+
+# ---- ranks -------------------------------------------------------------------------------------
+
+def current_rank() -> Tuple[int, int, bool]:
+    """``(global rank, local rank, final)``: torch.distributed when initialised (final), else
+    ``RANK`` / ``LOCAL_RANK`` from the environment (not final: distributed may start later)."""
+    env = _environ()
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            r = int(dist.get_rank())
+            return r, int(env.get("LOCAL_RANK", r)), True
+    except Exception:  # a half-initialised process group: fall back to the environment
+        pass
+    r = int(env.get("RANK", env.get("LOCAL_RANK", 0)) or 0)
+    return r, int(env.get("LOCAL_RANK", r) or 0), False
+
+
+def rank_records(spec: str, rank: int, local_rank: int) -> bool:
+    """Whether ``rank`` records under the ``ranks`` spec (see :class:`TraceConfig`)."""
+    s = str(spec).strip().lower()
+    if s in ("all", "*"):
+        return True
+    if s == "local0":
+        return local_rank == 0
+    if s.startswith("every:"):
+        n = max(1, int(s.split(":", 1)[1]))
+        return rank % n == 0
+    return rank in {int(x) for x in s.split(",") if x.strip()}
+
+
+def build_config(dataset_path=None, definitions=None, policies=None, **options) -> TraceConfig:
+    """Merge explicit arguments over the environment into a :class:`TraceConfig`."""
+    kw = env_config()
+    base = options.pop("default_policy", None) or kw.pop("default_policy", None) or Policy()
+    base = as_policy(base, Policy())
+    kw.pop("default_policy", None)
+    if dataset_path is not None:
+        kw["dataset_path"] = dataset_path
+    if definitions is not None:
+        kw["definitions"] = definitions
+    kw.update(options)
+    if not kw.get("dataset_path"):
+        raise ValueError("tracing needs a dataset path: pass dataset_path= or set FIB_TRACE_PATH / FIB_DATASET_PATH")
+    kw["dataset_path"] = os.fspath(kw["dataset_path"])
+    defs = kw.get("definitions")
+    if defs is not None:
+        if isinstance(defs, str):
+            defs = [defs]
+        kw["definitions"] = tuple(d if isinstance(d, str) else d.name if hasattr(d, "name") else d["name"]
+                                  for d in defs)
+    pols: Sequence = ()
+    if policies:
+        pols = tuple((str(k), as_policy(v, base)) for k, v in dict(policies).items())
+    return TraceConfig(policies=tuple(pols), default_policy=base, **kw)
