@@ -1,0 +1,182 @@
+// fib-runtime cascade attention: attention-state merge kernels.
+//
+// An attention state is (v, s): v the softmax-weighted value average over an index set, s the
+// log-sum-exp of its scores in BASE 2 (FlashInfer's convention: lse2 = m + log2(sum exp2(x - m)),
+// with the scores already scaled by log2(e)). Empty states have s = -inf; merging two empty
+// states yields v = 0, s = -inf (FlashInfer clamps (-inf)-(-inf) with max(., -inf)).
+#pragma once
+#include "common.cuh"
+
+namespace fib {
+namespace cascade {
+
+// Two-state merge weights, exactly FlashInfer's formula.
+__device__ __forceinline__ void merge2_weights(float sa, float sb, float& wa, float& wb,
+                                               float& s_out) {
+  float m = fmaxf(sa, sb);
+  float ea = ptx_exp2(fmaxf(sa - m, kNegInf));
+  float eb = ptx_exp2(fmaxf(sb - m, kNegInf));
+  float d = ea + eb;
+  wa = d > 0.f ? ea / d : 0.f;
+  wb = d > 0.f ? eb / d : 0.f;
+  s_out = ptx_log2(d) + m;
+}
+
+// One thread = 8 contiguous elements of one row (row = (token, head)); tpr = head_dim / 8.
+// Each thread handles ROWS_PER_THREAD chunks spaced by the grid stride so several independent
+// 16-byte loads are in flight.
+template <typename T, int UNROLL>
+__global__ void __launch_bounds__(256) merge_state_kernel(
+    const T* __restrict__ va, const float* __restrict__ sa, const T* __restrict__ vb,
+    const float* __restrict__ sb, T* __restrict__ vo, float* __restrict__ so, int64_t num_chunks,
+    int tpr) {
+  int64_t base = (int64_t)blockIdx.x * blockDim.x * UNROLL + threadIdx.x;
+  float a[UNROLL][8], b[UNROLL][8], xa[UNROLL], xb[UNROLL];
+  bool ok[UNROLL];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    int64_t c = base + (int64_t)u * blockDim.x;
+    ok[u] = c < num_chunks;
+    if (ok[u]) {
+      int64_t row = c / tpr;
+      xa[u] = __ldg(sa + row);
+      xb[u] = __ldg(sb + row);
+      load8<T>(va + c * 8, a[u]);
+      load8<T>(vb + c * 8, b[u]);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    if (!ok[u]) continue;
+    int64_t c = base + (int64_t)u * blockDim.x;
+    int64_t row = c / tpr;
+    float wa, wb, s;
+    merge2_weights(xa[u], xb[u], wa, wb, s);
+    float o[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = wa * a[u][i] + wb * b[u][i];
+    store8<T>(vo + c * 8, o);
+    if (so != nullptr && (c - row * tpr) == 0) so[row] = s;
+  }
+}
+
+// In place: (v, s) <- (v, s) (+) (v_other, s_other), rows whose token has mask == 0 untouched.
+template <typename T, int UNROLL>
+__global__ void __launch_bounds__(256) merge_state_in_place_kernel(
+    T* __restrict__ v, float* __restrict__ s, const T* __restrict__ vb,
+    const float* __restrict__ sb, const uint8_t* __restrict__ mask, int64_t num_chunks, int tpr,
+    int num_heads) {
+  int64_t base = (int64_t)blockIdx.x * blockDim.x * UNROLL + threadIdx.x;
+  float a[UNROLL][8], b[UNROLL][8], xa[UNROLL], xb[UNROLL];
+  bool ok[UNROLL];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    int64_t c = base + (int64_t)u * blockDim.x;
+    ok[u] = c < num_chunks;
+    if (ok[u]) {
+      int64_t row = c / tpr;
+      if (mask != nullptr && mask[row / num_heads] == 0) ok[u] = false;
+    }
+    if (ok[u]) {
+      int64_t row = c / tpr;
+      xa[u] = s[row];
+      xb[u] = __ldg(sb + row);
+      load8<T>(v + c * 8, a[u]);
+      load8<T>(vb + c * 8, b[u]);
+    }
+  }
+  // all reads of s for this block's rows happen before any write: a row's chunk 0 may live in
+  // another thread of the same block.
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    if (!ok[u]) continue;
+    int64_t c = base + (int64_t)u * blockDim.x;
+    int64_t row = c / tpr;
+    float wa, wb, so;
+    merge2_weights(xa[u], xb[u], wa, wb, so);
+    float o[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = wa * a[u][i] + wb * b[u][i];
+    store8<T>(v + c * 8, o);
+    if ((c - row * tpr) == 0) s[row] = so;
+  }
+}
+
+// n-ary merge over num_states states with general strides (elements). Row r = token * H + head.
+// v(state i of row r) = v + token*v_ts + i*v_ss + head*v_hs; s likewise. Output (TOut) at
+// vo + token*o_ts + head*o_hs, so[token*H + head] (contiguous [n, H]).
+// Matches FlashInfer's MergeStatesKernel: 0 states -> (0, -inf); 1 state -> copy; else online
+// merge with m=-inf, d=1 start and normalisation by 1/d (0 if d == 0).
+template <typename TIn, typename TOut>
+__global__ void __launch_bounds__(256) merge_states_kernel(
+    const TIn* __restrict__ v, const float* __restrict__ s, TOut* __restrict__ vo,
+    float* __restrict__ so, int64_t num_rows, int num_heads, int tpr, int num_states, int64_t v_ts,
+    int64_t v_ss, int64_t v_hs, int64_t s_ts, int64_t s_ss, int64_t o_ts, int64_t o_hs) {
+  int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= num_rows * tpr) return;
+  int64_t row = c / tpr;
+  int chunk = (int)(c - row * tpr);
+  int64_t tok = row / num_heads;
+  int head = (int)(row - tok * num_heads);
+  const TIn* vp = v + tok * v_ts + (int64_t)head * v_hs + chunk * 8;
+  const float* sp = s + tok * s_ts + head;
+  TOut* op = vo + tok * o_ts + (int64_t)head * o_hs + chunk * 8;
+  float o[8];
+  float out_s;
+  if (num_states == 0) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = 0.f;
+    out_s = kNegInf;
+  } else if (num_states == 1) {
+    load8<TIn>(vp, o);
+    out_s = sp[0];
+  } else {
+    float m = kNegInf, d = 1.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = 0.f;
+    int i = 0;
+    for (; i + 1 < num_states; i += 2) {
+      float x0 = sp[(int64_t)i * s_ss], x1 = sp[(int64_t)(i + 1) * s_ss];
+      float v0[8], v1[8];
+      load8<TIn>(vp + (int64_t)i * v_ss, v0);
+      load8<TIn>(vp + (int64_t)(i + 1) * v_ss, v1);
+      {
+        float mp = m;
+        m = fmaxf(mp, x0);
+        float f1 = ptx_exp2(fmaxf(mp - m, kNegInf)), f2 = ptx_exp2(fmaxf(x0 - m, kNegInf));
+        d = d * f1 + f2;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[j] = o[j] * f1 + v0[j] * f2;
+      }
+      {
+        float mp = m;
+        m = fmaxf(mp, x1);
+        float f1 = ptx_exp2(fmaxf(mp - m, kNegInf)), f2 = ptx_exp2(fmaxf(x1 - m, kNegInf));
+        d = d * f1 + f2;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[j] = o[j] * f1 + v1[j] * f2;
+      }
+    }
+    if (i < num_states) {
+      float x0 = sp[(int64_t)i * s_ss];
+      float v0[8];
+      load8<TIn>(vp + (int64_t)i * v_ss, v0);
+      float mp = m;
+      m = fmaxf(mp, x0);
+      float f1 = ptx_exp2(fmaxf(mp - m, kNegInf)), f2 = ptx_exp2(fmaxf(x0 - m, kNegInf));
+      d = d * f1 + f2;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[j] = o[j] * f1 + v0[j] * f2;
+    }
+    float r = d > 0.f ? 1.f / d : 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j] *= r;
+    out_s = m + ptx_log2(d);
+  }
+  store8<TOut>(op, o);
+  if (so != nullptr && chunk == 0) so[row] = out_s;
+}
+
+}  // namespace cascade
+}  // namespace fib

@@ -1,0 +1,395 @@
+// fib-runtime cascade attention family: merge_state / merge_state_in_place / merge_states and
+// multi-level shared-prefix paged attention (one launch per level, merge fused into the last
+// level's epilogue). Bound with apache-tvm-ffi; the stream is the caller's current stream.
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/dtype.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/optional.h>
+
+#include <fib/cascade/attention.cuh>
+#include <fib/cascade/merge.cuh>
+
+using tvm::ffi::Optional;
+using tvm::ffi::TensorView;
+using namespace fib::cascade;
+
+namespace {
+
+enum class DT { kF16, kBF16, kF32, kOther };
+
+DT dtype_of(const TensorView& t) {
+  DLDataType d = t.dtype();
+  if (d.lanes != 1) return DT::kOther;
+  if (d.code == kDLFloat && d.bits == 16) return DT::kF16;
+  if (d.code == kDLBfloat && d.bits == 16) return DT::kBF16;
+  if (d.code == kDLFloat && d.bits == 32) return DT::kF32;
+  return DT::kOther;
+}
+
+cudaStream_t stream_of(const TensorView& t) {
+  return static_cast<cudaStream_t>(TVMFFIEnvGetStream(t.device().device_type, t.device().device_id));
+}
+
+void check_cuda(const TensorView& t, const char* name) {
+  TVM_FFI_ICHECK(t.device().device_type == kDLCUDA) << name << " must be a CUDA tensor";
+}
+
+bool is_contig(const TensorView& t) {
+  int64_t expect = 1;
+  for (int i = t.ndim() - 1; i >= 0; --i) {
+    if (t.size(i) != 1 && t.stride(i) != expect) return false;
+    expect *= t.size(i);
+  }
+  return true;
+}
+
+void check_contig(const TensorView& t, const char* name) {
+  TVM_FFI_ICHECK(is_contig(t)) << name << " must be contiguous";
+}
+
+void check_launch(const char* what) {
+  cudaError_t e = cudaGetLastError();
+  TVM_FFI_ICHECK(e == cudaSuccess) << what << " launch failed: " << cudaGetErrorString(e);
+}
+
+constexpr int kUnroll = 2;
+
+template <typename T>
+void launch_merge_state(const TensorView& va, const TensorView& sa, const TensorView& vb,
+                        const TensorView& sb, const TensorView& vo, const TensorView& so,
+                        cudaStream_t st) {
+  int64_t rows = va.size(0) * va.size(1);
+  int tpr = static_cast<int>(va.size(2) / 8);
+  int64_t chunks = rows * tpr;
+  if (chunks == 0) return;
+  int64_t blocks = (chunks + 256 * kUnroll - 1) / (256 * kUnroll);
+  merge_state_kernel<T, kUnroll><<<static_cast<unsigned>(blocks), 256, 0, st>>>(
+      static_cast<const T*>(va.data_ptr()), static_cast<const float*>(sa.data_ptr()),
+      static_cast<const T*>(vb.data_ptr()), static_cast<const float*>(sb.data_ptr()),
+      static_cast<T*>(vo.data_ptr()), static_cast<float*>(so.data_ptr()), chunks, tpr);
+  check_launch("merge_state");
+}
+
+void merge_state(TensorView v_a, TensorView s_a, TensorView v_b, TensorView s_b,
+                 TensorView v_merged, TensorView s_merged) {
+  for (auto* t : {&v_a, &s_a, &v_b, &s_b, &v_merged, &s_merged}) {
+    check_cuda(*t, "merge_state argument");
+    check_contig(*t, "merge_state argument");
+  }
+  TVM_FFI_ICHECK(v_a.ndim() == 3 && v_b.ndim() == 3 && s_a.ndim() == 2 && s_b.ndim() == 2)
+      << "merge_state: v must be [seq_len, num_heads, head_dim], s [seq_len, num_heads]";
+  for (int i = 0; i < 3; ++i)
+    TVM_FFI_ICHECK(v_a.size(i) == v_b.size(i) && v_a.size(i) == v_merged.size(i))
+        << "merge_state: shape mismatch";
+  TVM_FFI_ICHECK(s_a.size(0) == v_a.size(0) && s_a.size(1) == v_a.size(1) &&
+                 s_b.size(0) == v_a.size(0) && s_b.size(1) == v_a.size(1))
+      << "merge_state: s shape mismatch";
+  TVM_FFI_ICHECK(v_a.size(2) % 8 == 0) << "merge_state: head_dim must be a multiple of 8";
+  TVM_FFI_ICHECK(dtype_of(s_a) == DT::kF32 && dtype_of(s_b) == DT::kF32 &&
+                 dtype_of(s_merged) == DT::kF32)
+      << "merge_state: s must be float32";
+  DT d = dtype_of(v_a);
+  TVM_FFI_ICHECK(dtype_of(v_b) == d && dtype_of(v_merged) == d) << "merge_state: dtype mismatch";
+  cudaStream_t st = stream_of(v_a);
+  if (d == DT::kF16)
+    launch_merge_state<half>(v_a, s_a, v_b, s_b, v_merged, s_merged, st);
+  else if (d == DT::kBF16)
+    launch_merge_state<__nv_bfloat16>(v_a, s_a, v_b, s_b, v_merged, s_merged, st);
+  else
+    TVM_FFI_THROW(TypeError) << "merge_state: v must be float16 or bfloat16";
+}
+
+template <typename T>
+void launch_merge_in_place(const TensorView& v, const TensorView& s, const TensorView& vb,
+                           const TensorView& sb, const uint8_t* mask, cudaStream_t st) {
+  int64_t rows = v.size(0) * v.size(1);
+  int tpr = static_cast<int>(v.size(2) / 8);
+  int64_t chunks = rows * tpr;
+  if (chunks == 0) return;
+  int64_t blocks = (chunks + 256 * kUnroll - 1) / (256 * kUnroll);
+  merge_state_in_place_kernel<T, kUnroll><<<static_cast<unsigned>(blocks), 256, 0, st>>>(
+      static_cast<T*>(v.data_ptr()), static_cast<float*>(s.data_ptr()),
+      static_cast<const T*>(vb.data_ptr()), static_cast<const float*>(sb.data_ptr()), mask, chunks,
+      tpr, static_cast<int>(v.size(1)));
+  check_launch("merge_state_in_place");
+}
+
+void merge_state_in_place(TensorView v, TensorView s, TensorView v_other, TensorView s_other,
+                          Optional<TensorView> mask) {
+  for (auto* t : {&v, &s, &v_other, &s_other}) {
+    check_cuda(*t, "merge_state_in_place argument");
+    check_contig(*t, "merge_state_in_place argument");
+  }
+  TVM_FFI_ICHECK(v.ndim() == 3 && v_other.ndim() == 3 && s.ndim() == 2 && s_other.ndim() == 2)
+      << "merge_state_in_place: v must be [seq_len, num_heads, head_dim], s [seq_len, num_heads]";
+  for (int i = 0; i < 3; ++i)
+    TVM_FFI_ICHECK(v.size(i) == v_other.size(i)) << "merge_state_in_place: shape mismatch";
+  TVM_FFI_ICHECK(s.size(0) == v.size(0) && s.size(1) == v.size(1) &&
+                 s_other.size(0) == v.size(0) && s_other.size(1) == v.size(1))
+      << "merge_state_in_place: s shape mismatch";
+  int64_t tpr = v.size(2) / 8;
+  TVM_FFI_ICHECK(v.size(2) % 8 == 0 && tpr > 0 && tpr <= 256 && (256 % tpr) == 0)
+      << "merge_state_in_place: head_dim must be 8 * 2^k <= 2048";
+  TVM_FFI_ICHECK(dtype_of(s) == DT::kF32 && dtype_of(s_other) == DT::kF32)
+      << "merge_state_in_place: s must be float32";
+  const uint8_t* mptr = nullptr;
+  if (mask.has_value()) {
+    TensorView mk = mask.value();
+    check_cuda(mk, "mask");
+    TVM_FFI_ICHECK(mk.ndim() == 1 && mk.size(0) == v.size(0) && mk.dtype().bits == 8 &&
+                   is_contig(mk))
+        << "merge_state_in_place: mask must be a contiguous bool/uint8 [seq_len] tensor";
+    mptr = static_cast<const uint8_t*>(mk.data_ptr());
+  }
+  DT d = dtype_of(v);
+  TVM_FFI_ICHECK(dtype_of(v_other) == d) << "merge_state_in_place: dtype mismatch";
+  cudaStream_t st = stream_of(v);
+  if (d == DT::kF16)
+    launch_merge_in_place<half>(v, s, v_other, s_other, mptr, st);
+  else if (d == DT::kBF16)
+    launch_merge_in_place<__nv_bfloat16>(v, s, v_other, s_other, mptr, st);
+  else
+    TVM_FFI_THROW(TypeError) << "merge_state_in_place: v must be float16 or bfloat16";
+}
+
+template <typename TIn, typename TOut>
+void launch_merge_states(const void* v, const float* s, void* vo, float* so, int64_t num_rows,
+                         int num_heads, int head_dim, int num_states, int64_t v_ts, int64_t v_ss,
+                         int64_t v_hs, int64_t s_ts, int64_t s_ss, int64_t o_ts, int64_t o_hs,
+                         cudaStream_t st) {
+  int tpr = head_dim / 8;
+  int64_t n = num_rows * tpr;
+  if (n == 0) return;
+  int64_t blocks = (n + 255) / 256;
+  merge_states_kernel<TIn, TOut><<<static_cast<unsigned>(blocks), 256, 0, st>>>(
+      static_cast<const TIn*>(v), s, static_cast<TOut*>(vo), so, num_rows, num_heads, tpr,
+      num_states, v_ts, v_ss, v_hs, s_ts, s_ss, o_ts, o_hs);
+  check_launch("merge_states");
+}
+
+void merge_states(TensorView v, TensorView s, TensorView v_merged, TensorView s_merged) {
+  for (auto* t : {&v, &s, &v_merged, &s_merged}) {
+    check_cuda(*t, "merge_states argument");
+    check_contig(*t, "merge_states argument");
+  }
+  TVM_FFI_ICHECK(v.ndim() == 4 && s.ndim() == 3)
+      << "merge_states: v must be [seq_len, num_states, num_heads, head_dim], s [seq_len, "
+         "num_states, num_heads]";
+  TVM_FFI_ICHECK(v.size(0) == s.size(0) && v.size(1) == s.size(1) && v.size(2) == s.size(2))
+      << "merge_states: shape mismatch";
+  TVM_FFI_ICHECK(v.size(3) % 8 == 0) << "merge_states: head_dim must be a multiple of 8";
+  TVM_FFI_ICHECK(dtype_of(s) == DT::kF32 && dtype_of(s_merged) == DT::kF32)
+      << "merge_states: s must be float32";
+  int64_t n = v.size(0), S = v.size(1), H = v.size(2), D = v.size(3);
+  DT d = dtype_of(v);
+  TVM_FFI_ICHECK(dtype_of(v_merged) == d) << "merge_states: dtype mismatch";
+  cudaStream_t st = stream_of(v);
+  if (d == DT::kF16)
+    launch_merge_states<half, half>(v.data_ptr(), static_cast<const float*>(s.data_ptr()),
+                                    v_merged.data_ptr(), static_cast<float*>(s_merged.data_ptr()),
+                                    n * H, H, D, S, S * H * D, H * D, D, S * H, H, H * D, D, st);
+  else if (d == DT::kBF16)
+    launch_merge_states<__nv_bfloat16, __nv_bfloat16>(
+        v.data_ptr(), static_cast<const float*>(s.data_ptr()), v_merged.data_ptr(),
+        static_cast<float*>(s_merged.data_ptr()), n * H, H, D, S, S * H * D, H * D, D, S * H, H,
+        H * D, D, st);
+  else
+    TVM_FFI_THROW(TypeError) << "merge_states: v must be float16 or bfloat16";
+}
+
+// ------------------------------------------------------------------ cascade levels
+
+template <typename T, int D, int WM, int WK>
+void launch_level_t(const LevelParams& p, dim3 grid, int stages_alloc, cudaStream_t st) {
+  static bool attr_set = false;
+  auto kern = cascade_level_kernel<T, D, WM, WK>;
+  if (!attr_set) {
+    int mx = level_smem<D, WM, WK>(LevelCfg<D>::STAGES);
+    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+    attr_set = true;
+  }
+  int smem = level_smem<D, WM, WK>(stages_alloc);
+  kern<<<grid, 128, smem, st>>>(p);
+  check_launch("cascade_level");
+}
+
+template <typename T, int D, int WM, int WK>
+int occupancy_t(int stages_alloc) {
+  auto kern = cascade_level_kernel<T, D, WM, WK>;
+  int mx = level_smem<D, WM, WK>(LevelCfg<D>::STAGES);
+  cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+  int n = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 128, level_smem<D, WM, WK>(stages_alloc));
+  return n;
+}
+
+template <typename T, int D>
+void dispatch_wm(int wm, const LevelParams& p, dim3 grid, int stages_alloc, cudaStream_t st) {
+  if (wm == 4)
+    launch_level_t<T, D, 4, 1>(p, grid, stages_alloc, st);
+  else if (wm == 2)
+    launch_level_t<T, D, 2, 2>(p, grid, stages_alloc, st);
+  else if (wm == 1)
+    launch_level_t<T, D, 1, 4>(p, grid, stages_alloc, st);
+  else
+    TVM_FFI_THROW(ValueError) << "cascade_level: warps_m must be 1, 2 or 4";
+}
+
+template <typename T>
+void dispatch_d(int d, int wm, const LevelParams& p, dim3 grid, int stages_alloc, cudaStream_t st) {
+  if (d == 64)
+    dispatch_wm<T, 64>(wm, p, grid, stages_alloc, st);
+  else if (d == 128)
+    dispatch_wm<T, 128>(wm, p, grid, stages_alloc, st);
+  else if (d == 256)
+    dispatch_wm<T, 256>(wm, p, grid, stages_alloc, st);
+  else
+    TVM_FFI_THROW(ValueError) << "cascade_level: head_dim must be 64, 128 or 256";
+}
+
+void cascade_level(TensorView q, TensorView k, TensorView v, TensorView qo_indptr,
+                   TensorView kv_indptr, TensorView kv_indices, TensorView last_page_len,
+                   TensorView work_group, TensorView work_row, int64_t warps_m,
+                   int64_t num_splits, int64_t kv_chunk, int64_t stages_alloc, bool causal,
+                   double sm_scale, TensorView ws_o, TensorView ws_lse, int64_t slot_base,
+                   int64_t num_prev_slots, bool final_mode, TensorView out,
+                   Optional<TensorView> lse) {
+  TVM_FFI_ICHECK(q.ndim() == 3 && out.ndim() == 3) << "cascade_level: q/out must be 3-D";
+  TVM_FFI_ICHECK(k.ndim() == 4 && v.ndim() == 4)
+      << "cascade_level: k/v must be [pages, page_size, kv_heads, head_dim] views";
+  int64_t D = q.size(2);
+  TVM_FFI_ICHECK(k.size(3) == D && q.stride(2) == 1 && k.stride(3) == 1 && v.stride(3) == 1 &&
+                 out.stride(2) == 1)
+      << "cascade_level: head_dim must be the contiguous last axis";
+  for (int i = 0; i < 4; ++i)
+    TVM_FFI_ICHECK(k.stride(i) == v.stride(i) && k.size(i) == v.size(i))
+        << "cascade_level: k and v must have the same shape and strides";
+  DT d = dtype_of(q);
+  TVM_FFI_ICHECK(dtype_of(k) == d && dtype_of(v) == d && dtype_of(out) == d)
+      << "cascade_level: q, k, v, out must have one dtype";
+  int64_t Hq = q.size(1), Hkv = k.size(2);
+  TVM_FFI_ICHECK(Hkv > 0 && Hq % Hkv == 0) << "cascade_level: num_qo_heads % num_kv_heads != 0";
+  LevelParams p;
+  p.q = q.data_ptr();
+  p.q_stride_n = q.stride(0);
+  p.q_stride_h = q.stride(1);
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.kv_stride_page = k.stride(0);
+  p.kv_stride_tok = k.stride(1);
+  p.kv_stride_head = k.stride(2);
+  p.qo_indptr = static_cast<const int32_t*>(qo_indptr.data_ptr());
+  p.kv_indptr = static_cast<const int32_t*>(kv_indptr.data_ptr());
+  p.kv_indices = static_cast<const int32_t*>(kv_indices.data_ptr());
+  p.last_page_len = static_cast<const int32_t*>(last_page_len.data_ptr());
+  p.work_group = static_cast<const int32_t*>(work_group.data_ptr());
+  p.work_row = static_cast<const int32_t*>(work_row.data_ptr());
+  p.num_qo_heads = static_cast<int>(Hq);
+  p.group_size = static_cast<int>(Hq / Hkv);
+  p.page_size = static_cast<int>(k.size(1));
+  p.sm_scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
+  p.causal = causal ? 1 : 0;
+  p.kv_chunk = static_cast<int>(kv_chunk);
+  p.ws_o = static_cast<float*>(ws_o.data_ptr());
+  p.ws_lse = static_cast<float*>(ws_lse.data_ptr());
+  p.ws_rows = q.size(0) * Hq;
+  p.slot_base = static_cast<int>(slot_base);
+  p.num_prev_slots = static_cast<int>(num_prev_slots);
+  p.final_mode = final_mode ? 1 : 0;
+  p.out = out.data_ptr();
+  p.lse = lse.has_value() ? static_cast<float*>(lse.value().data_ptr()) : nullptr;
+  p.o_stride_n = out.stride(0);
+  p.o_stride_h = out.stride(1);
+  int64_t n_items = work_group.size(0);
+  if (n_items == 0 || num_splits == 0) return;
+  TVM_FFI_ICHECK(kv_chunk > 0 && kv_chunk % 64 == 0) << "cascade_level: kv_chunk % 64 != 0";
+  dim3 grid(static_cast<unsigned>(n_items), static_cast<unsigned>(Hkv),
+            static_cast<unsigned>(num_splits));
+  cudaStream_t st = stream_of(q);
+  int sa = static_cast<int>(stages_alloc);
+  if (d == DT::kF16)
+    dispatch_d<half>(static_cast<int>(D), static_cast<int>(warps_m), p, grid, sa, st);
+  else if (d == DT::kBF16)
+    dispatch_d<__nv_bfloat16>(static_cast<int>(D), static_cast<int>(warps_m), p, grid, sa, st);
+  else
+    TVM_FFI_THROW(TypeError) << "cascade_level: dtype must be float16 or bfloat16";
+}
+
+// Merge workspace slots [0, num_slots) of every row into out ([total_q, Hq, D]) and lse.
+void merge_slots(TensorView ws_o, TensorView ws_lse, int64_t num_slots, TensorView out,
+                 Optional<TensorView> lse) {
+  int64_t n = out.size(0), H = out.size(1), D = out.size(2);
+  TVM_FFI_ICHECK(out.stride(2) == 1) << "merge_slots: out last axis must be contiguous";
+  int64_t rows = n * H;
+  float* lp = lse.has_value() ? static_cast<float*>(lse.value().data_ptr()) : nullptr;
+  cudaStream_t st = stream_of(out);
+  DT d = dtype_of(out);
+  const float* wo = static_cast<const float*>(ws_o.data_ptr());
+  const float* wl = static_cast<const float*>(ws_lse.data_ptr());
+  if (d == DT::kF16)
+    launch_merge_states<float, half>(wo, wl, out.data_ptr(), lp, rows, H, D, num_slots, H * D,
+                                     rows * D, D, H, rows, out.stride(0), out.stride(1), st);
+  else if (d == DT::kBF16)
+    launch_merge_states<float, __nv_bfloat16>(wo, wl, out.data_ptr(), lp, rows, H, D, num_slots,
+                                              H * D, rows * D, D, H, rows, out.stride(0),
+                                              out.stride(1), st);
+  else
+    TVM_FFI_THROW(TypeError) << "merge_slots: out must be float16 or bfloat16";
+}
+
+// Active CTAs per SM of a level configuration (planning helper), and the SM count.
+int64_t level_occupancy(int64_t is_bf16, int64_t head_dim, int64_t warps_m, int64_t stages_alloc) {
+  int sa = static_cast<int>(stages_alloc);
+#define FIB_OCC(T)                                                      \
+  if (head_dim == 64) {                                                 \
+    if (warps_m == 4) return occupancy_t<T, 64, 4, 1>(sa);              \
+    if (warps_m == 2) return occupancy_t<T, 64, 2, 2>(sa);              \
+    return occupancy_t<T, 64, 1, 4>(sa);                                \
+  } else if (head_dim == 128) {                                         \
+    if (warps_m == 4) return occupancy_t<T, 128, 4, 1>(sa);             \
+    if (warps_m == 2) return occupancy_t<T, 128, 2, 2>(sa);             \
+    return occupancy_t<T, 128, 1, 4>(sa);                               \
+  } else {                                                              \
+    if (warps_m == 4) return occupancy_t<T, 256, 4, 1>(sa);             \
+    if (warps_m == 2) return occupancy_t<T, 256, 2, 2>(sa);             \
+    return occupancy_t<T, 256, 1, 4>(sa);                               \
+  }
+  if (is_bf16) {
+    FIB_OCC(__nv_bfloat16)
+  } else {
+    FIB_OCC(half)
+  }
+#undef FIB_OCC
+}
+
+int64_t level_smem_bytes(int64_t head_dim, int64_t warps_m, int64_t stages_alloc) {
+  int sa = static_cast<int>(stages_alloc);
+  int wk = static_cast<int>(4 / warps_m);
+  int rows = 16 * static_cast<int>(warps_m);
+  int d = static_cast<int>(head_dim);
+  int kv = sa * 2 * 64 * d * 2, stg = wk * rows * (d + 4) * 4;
+  return rows * d * 2 + (kv > stg ? kv : stg) + wk * rows * 4;
+}
+
+int64_t max_stages(int64_t head_dim) { return head_dim <= 128 ? 3 : 2; }
+
+int64_t sm_count() {
+  int dev = 0, n = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+  return n;
+}
+
+}  // namespace
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_state, merge_state);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_state_in_place, merge_state_in_place);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_states, merge_states);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(cascade_level, cascade_level);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(merge_slots, merge_slots);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(level_occupancy, level_occupancy);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(level_smem_bytes, level_smem_bytes);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(max_stages, max_stages);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(sm_count, sm_count);
