@@ -4,7 +4,8 @@
     out = compile_reference(definition)(*args.values())
 
 Rules (following flashinfer-bench's benchmark loader, stricter where it was unsafe):
-- ``random`` float inputs: ``randn`` (fp8/fp4: ``randn.clamp(-2, 2)`` cast). For
+- ``random`` float inputs: ``randn`` (fp8: ``randn.clamp(-2, 2)`` cast; fp4, which torch cannot
+  cast to: random bytes reinterpreted as ``float4_e2m1fn_x2``). For
   ``op_type == "sampling"`` an input named ``probs`` is a softmax (rows sum to 1), ``logits`` is
   ``randn``, and the per-row parameters get values in their valid range: ``top_k`` in
   ``[1, min(V, 1024)]``, ``top_p`` in ``[0.1, 1]``, ``min_p`` in ``[0, 0.5]``, ``temperature`` in
@@ -97,6 +98,10 @@ def _random(definition: Definition, name: str, dtype: str, shape, axes, gen):
     if not dt.is_floating_point:
         raise InputError(f"{definition.name}: integer input {name!r} is 'random'; integer tensors "
                          f"(indices, indptr, ids) must come from a safetensors blob")
+    if dtype == "float4_e2m1":
+        # float4_e2m1fn_x2 packs two e2m1 values per byte and has no conversion kernels: draw
+        # random bytes (every bit pattern is a finite value in [-6, 6]) and reinterpret them.
+        return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8).view(dt)
     x = torch.randn(shape, generator=gen, dtype=torch.float32)
     if sampling and name == "probs":
         return torch.softmax(x * 4.0, dim=-1).to(dt)

@@ -302,9 +302,12 @@ class Dataset:
 
     # ---- writing ---------------------------------------------------------------------
     def _write_json(self, path: Path, obj) -> Path:
-        data = obj.to_dict()
         old = self._raw.get(path)
-        text = old[0] if old is not None and old[1] == data else obj.to_json(indent=2) + "\n"
+        if old is not None and old[1] == obj.to_dict(lossless=True):
+            text, data = old  # unchanged: keep the file byte for byte
+        else:
+            data = obj.to_dict()
+            text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
         atomic_write_text(path, text)
         self._raw[path] = (text, data)
         return path

@@ -49,15 +49,21 @@ class TraceModel(BaseModel):
         return obj
 
     # ---- output -----------------------------------------------------------------------
-    def to_dict(self) -> Dict[str, Any]:
-        """JSON-ready dict: set fields and unknown keys, in the order they were read."""
+    def to_dict(self, *, lossless: bool = False) -> Dict[str, Any]:
+        """JSON-ready dict: set fields and unknown keys, in the order they were read.
+
+        ``lossless=True`` returns exactly what was read (for an unchanged object); without it,
+        subclasses may add keys that make the file unambiguous across dialects (a Solution's
+        ``destination_passing_style``).
+        """
         return _finite(_order(self, self.model_dump(mode="json", exclude_unset=True, by_alias=True)))
 
-    def to_json(self, indent: int | None = None) -> str:
+    def to_json(self, indent: int | None = None, *, lossless: bool = False) -> str:
         """Serialise like flashinfer-bench (pretty with ``indent=2``, compact otherwise)."""
+        data = self.to_dict(lossless=lossless)
         if indent is None:
-            return json.dumps(self.to_dict(), ensure_ascii=False, separators=(", ", ": "))
-        return json.dumps(self.to_dict(), ensure_ascii=False, indent=indent)
+            return json.dumps(data, ensure_ascii=False, separators=(", ", ": "))
+        return json.dumps(data, ensure_ascii=False, indent=indent)
 
 
 def _order(model: TraceModel, dumped: Dict[str, Any]) -> Dict[str, Any]:

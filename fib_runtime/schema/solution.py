@@ -2,8 +2,9 @@
 
 Follows flashinfer-bench 0.1.2 ``data/solution.py``. ``destination_passing_style`` defaults to
 ``True`` (``run(*inputs, *outputs)`` writes into given outputs); FlashInfer 0.7's own loader
-defaults it to ``False``, so :meth:`Solution.to_dict` always writes the key explicitly, and files
-read in the ``flashinfer`` dialect without it get ``False``.
+defaults it to ``False``, so :meth:`Solution.to_dict` always writes the key explicitly (except
+``to_dict(lossless=True)``, which returns what was read: the store uses it to leave an unchanged
+file as it is), and files read in the ``flashinfer`` dialect without it get ``False``.
 
 Source paths must be relative, without ``..`` and unique; the entry file of
 ``entry_point = "file::function"`` must be one of them. Loading a solution executes its code:
@@ -112,10 +113,10 @@ class Solution(TraceModel):
             raise ValueError(f"spec.entry_point: file {self.spec.entry_file!r} is not among the sources")
         return self
 
-    def to_dict(self) -> Dict[str, Any]:
-        out = super().to_dict()
+    def to_dict(self, *, lossless: bool = False) -> Dict[str, Any]:
+        out = super().to_dict(lossless=lossless)
         spec = out.get("spec", {})
-        if "destination_passing_style" not in spec:
+        if not lossless and "destination_passing_style" not in spec:
             spec["destination_passing_style"] = self.spec.destination_passing_style
         return out
 
