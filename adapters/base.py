@@ -1,0 +1,594 @@
+"""The instrumentor contract shared by every fib-runtime adapter.
+
+An *adapter* patches the functions an inference engine calls (FlashInfer's samplers, vLLM's
+``TopKTopPSampler``, SGLang's sampler...) so that each call goes through fib-runtime's dispatcher
+and tracer. Every adapter is an :class:`Instrumentor` (the shape of OpenTelemetry's
+``BaseInstrumentor``)::
+
+    from fib_runtime.adapters.flashinfer import FlashInferInstrumentor
+
+    inst = FlashInferInstrumentor()
+    report = inst.instrument()          # patches what exists, reports what is missing
+    print(report.patched, report.missing)
+    inst.instrument()                   # a repeat is a logged no-op: still one wrapper layer
+    inst.uninstrument()                 # every original restored (``is``-identical)
+
+Contract:
+
+* **Targets are data.** A subclass lists :class:`Target` rows (module, dotted attribute, op key);
+  it never writes per-target patch code. A target whose module or attribute does not exist is
+  skipped and reported in :attr:`InstrumentReport.missing`, never raised.
+* **Idempotent.** A registry ``(owner, attr) -> original`` makes sure there is exactly one wrapper
+  layer whatever the number of ``instrument()`` calls (wrapt itself nests layers).
+* **Originals restored exactly.** ``uninstrument()`` puts back the very objects it replaced
+  (including names other modules bound with ``from x import f``), and only where our wrapper is
+  still installed (someone who patched over us keeps their patch).
+* **Deferred targets.** For a module that is not imported yet, a wrapt post-import hook patches it
+  when it is imported (vLLM's plugin runs before vLLM imports FlashInfer). Hooks never raise.
+* **Dependency check** before anything is patched: :meth:`Instrumentor.dependencies` returns
+  :class:`Dependency` rows; an out-of-range version makes ``instrument()`` patch nothing.
+* **Never break the engine.** Wrappers come from :func:`make_wrapper`: any failure in our own
+  bookkeeping (binding arguments, recording, metrics, the dispatcher itself) runs the original
+  with the original arguments. A contextvar depth counter (the re-entrancy guard) makes nested
+  intercepted calls (FlashInfer's ``top_k_top_p_sampling_from_logits`` calling
+  ``top_p_sampling_from_probs``) go straight to the original: dispatched and counted once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import importlib.metadata as _md
+import logging
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import wrapt
+
+log = logging.getLogger("fib_runtime.adapters")
+
+try:  # wrapt 2.x: FunctionWrapper is a BaseObjectProxy but not an ObjectProxy
+    _PROXY_TYPES: tuple = (wrapt.BaseObjectProxy,)  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - wrapt 1.x
+    _PROXY_TYPES = (wrapt.ObjectProxy,)
+
+#: depth of intercepted calls in this context (thread / task); > 0 means "inside one of ours".
+_DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("fib_adapter_depth", default=0)
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+
+@dataclass(frozen=True)
+class Target:
+    """One binding to patch.
+
+    Args:
+        module: the module that holds the binding (``"flashinfer.sampling"``).
+        attr: the attribute, dotted for class members (``"BatchDecodeWithPagedKVCacheWrapper.run"``).
+        op: key of the op spec the adapter builds the wrapper from (several targets may share one).
+        sweep_aliases: also replace every ``from module import attr`` copy found in the adapter's
+            alias scopes of ``sys.modules`` (form B bindings).
+        note: free text, shown in reports.
+    """
+
+    module: str
+    attr: str
+    op: str
+    sweep_aliases: bool = True
+    note: str = ""
+
+    @property
+    def path(self) -> str:
+        return f"{self.module}:{self.attr}"
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """A library an adapter patches, and the versions it supports (``min <= v < max``)."""
+
+    module: str
+    dists: tuple[str, ...] = ()
+    min: Optional[str] = None
+    max: Optional[str] = None  # exclusive
+
+    def __str__(self) -> str:
+        spec = ",".join(x for x in (self.min and f">={self.min}", self.max and f"<{self.max}") if x)
+        return f"{(self.dists or (self.module,))[0]}{spec}"
+
+
+@dataclass
+class InstrumentReport:
+    """What one ``instrument()`` call did."""
+
+    adapter: str
+    patched: list[str] = field(default_factory=list)     # target paths wrapped now
+    already: list[str] = field(default_factory=list)     # already wrapped by us (idempotence)
+    deferred: list[str] = field(default_factory=list)    # module not imported yet: hook set
+    missing: list[str] = field(default_factory=list)     # "path (reason)"
+    aliases: list[str] = field(default_factory=list)     # "module.name" copies replaced
+    refused: Optional[str] = None                        # dependency check failed: nothing done
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+# ---------------------------------------------------------------------------------------------
+# version helpers
+
+
+def _vtuple(v: str) -> tuple:
+    out = []
+    for part in v.replace("+", ".").split("."):
+        num = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
+        if not num:
+            break
+        out.append(int(num))
+    return tuple(out)
+
+
+def installed_version(dep: Dependency) -> Optional[str]:
+    """Version from the distribution metadata, else the module's ``__version__``, else None."""
+    for dist in dep.dists:
+        try:
+            return _md.version(dist)
+        except _md.PackageNotFoundError:
+            continue
+    mod = sys.modules.get(dep.module)
+    return getattr(mod, "__version__", None) if mod is not None else None
+
+
+def check_dependency(dep: Dependency) -> Optional[str]:
+    """None when ``dep`` is satisfied (or its version cannot be read), else the reason."""
+    v = installed_version(dep)
+    if v is None:
+        return None  # unknown version (e.g. a trimmed FlashInfer copy): allowed, targets decide
+    tv = _vtuple(v)
+    if dep.min and tv < _vtuple(dep.min):
+        return f"{dep} required, {v} installed"
+    if dep.max and tv >= _vtuple(dep.max):
+        return f"{dep} required, {v} installed"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# the wrapper factory
+
+
+@dataclass
+class Call:
+    """An intercepted call, bound to a definition: what :func:`make_wrapper` dispatches.
+
+    ``adapt(outputs)`` turns a solution's outputs (the Definition's outputs, value-returning) into
+    what the caller of the original expects (dtype casts, in-place writes, tuples).
+    """
+
+    definition: str
+    inputs: tuple
+    names: tuple[str, ...]
+    adapt: Callable[[Any], Any] = staticmethod(lambda out: out)  # type: ignore[assignment]
+    definition_factory: Optional[Callable[[], dict]] = None
+
+    def inputs_dict(self) -> dict:
+        return dict(zip(self.names, self.inputs))
+
+
+#: an op spec's ``bind(instance, args, kwargs) -> Call | None`` (None = not ours: run original)
+Binder = Callable[[Any, tuple, dict], Optional[Call]]
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def bump(self, op: str, what: str) -> None:
+        with self.lock:
+            k = (op, what)
+            self.counts[k] = self.counts.get(k, 0) + 1
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        with self.lock:
+            out: dict[str, dict[str, int]] = {}
+            for (op, what), n in self.counts.items():
+                out.setdefault(op, {})[what] = n
+            return out
+
+    def reset(self) -> None:
+        with self.lock:
+            self.counts.clear()
+
+
+#: process-wide interception counters, by op: calls, dispatched, recorded, unbound, error_*...
+STATS = _Stats()
+_warned: set = set()
+
+
+def _warn_once(key: str, msg: str, *a: Any) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(msg, *a, exc_info=True)
+
+
+def strict_mode() -> bool:
+    """True when bookkeeping/dispatch errors must propagate (tests, benchmarks): ``FIB_STRICT``."""
+    try:
+        from fib_runtime import envs  # type: ignore
+
+        v = getattr(envs, "FIB_STRICT", None)
+        if v is not None:
+            return bool(v() if callable(v) else v)
+    except Exception:
+        pass
+    import os
+
+    return os.environ.get("FIB_STRICT", "0").lower() in ("1", "true", "yes")
+
+
+def make_wrapper(
+    op: str,
+    bind: Binder,
+    dispatcher: Optional[Callable[[str, tuple, Callable], Any]],
+    recorder: Optional[Callable[[Any, dict], Any]],
+    *,
+    transparent: bool = False,
+) -> Callable:
+    """Build the wrapt wrapper ``wrapper(wrapped, instance, args, kwargs)`` of one op.
+
+    Args:
+        op: the op key (for counters and logs).
+        bind: maps a call to a :class:`Call`, or None when this call is not ours to dispatch
+            (e.g. a seeded request, an ``indices=`` argument): the original then runs unchanged.
+        dispatcher: ``dispatch(definition_name, inputs, fallback)``, or None (no dispatch).
+        recorder: ``record(definition, inputs: dict)``, or None (no tracing).
+
+        transparent: count the call and run the original *without* taking the re-entrancy depth,
+            so that the patched method it calls (``forward`` -> ``self.run``) is the one dispatched.
+
+    The original runs with the caller's original arguments whenever anything of ours fails, and
+    exceptions raised by the original itself propagate unchanged (never run twice).
+    """
+
+    if transparent:
+        def passthrough(wrapped, instance, args, kwargs):
+            if not _DEPTH.get():
+                STATS.bump(op, "calls")
+            return wrapped(*args, **kwargs)
+
+        passthrough._fib_op = op  # type: ignore[attr-defined]
+        return passthrough
+
+    def wrapper(wrapped, instance, args, kwargs):
+        if _DEPTH.get():
+            return wrapped(*args, **kwargs)
+        token = _DEPTH.set(1)
+        try:
+            STATS.bump(op, "calls")
+            try:
+                call = bind(instance, args, kwargs)
+            except Exception:
+                STATS.bump(op, "error_bind")
+                if strict_mode():
+                    raise
+                _warn_once(("bind", op), "fib-runtime: binding %s failed; original runs", op)
+                call = None
+            if call is None:
+                STATS.bump(op, "unbound")
+                return wrapped(*args, **kwargs)
+            if recorder is not None:
+                try:
+                    defn = call.definition_factory() if call.definition_factory else call.definition
+                    recorder(defn, call.inputs_dict())
+                    STATS.bump(op, "recorded")
+                except Exception:
+                    STATS.bump(op, "error_record")
+                    if strict_mode():
+                        raise
+                    _warn_once(("rec", op), "fib-runtime: recording %s failed", op)
+            if dispatcher is None:
+                return wrapped(*args, **kwargs)
+            ran = [False]
+
+            def fallback(*_a, **_k):
+                ran[0] = True
+                return wrapped(*args, **kwargs)
+
+            try:
+                out = dispatcher(call.definition, call.inputs, fallback)
+            except Exception:
+                if ran[0]:
+                    raise  # the original itself raised: propagate, never run it twice
+                STATS.bump(op, "error_dispatch")
+                if strict_mode():
+                    raise
+                _warn_once(("disp", op), "fib-runtime: dispatch of %s failed; original runs", op)
+                return wrapped(*args, **kwargs)
+            if ran[0]:
+                STATS.bump(op, "fallback")
+                return out
+            try:
+                res = call.adapt(out)
+            except Exception:
+                STATS.bump(op, "error_adapt")
+                if strict_mode():
+                    raise
+                _warn_once(("adapt", op), "fib-runtime: output of %s unusable; original runs", op)
+                return wrapped(*args, **kwargs)
+            STATS.bump(op, "dispatched")
+            return res
+        finally:
+            _DEPTH.reset(token)
+
+    wrapper._fib_op = op  # type: ignore[attr-defined]
+    return wrapper
+
+
+def in_intercepted_call() -> bool:
+    """True while an intercepted call of this context is running (the re-entrancy guard)."""
+    return _DEPTH.get() > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# the instrumentor
+
+
+def is_fib_wrapper(obj: Any) -> bool:
+    """True for a wrapt wrapper built by :func:`make_wrapper`."""
+    return isinstance(obj, _PROXY_TYPES) and hasattr(getattr(obj, "_self_wrapper", None), "_fib_op")
+
+
+def _resolve_owner(module: Any, attr: str) -> tuple[Any, str]:
+    owner = module
+    parts = attr.split(".")
+    for p in parts[:-1]:
+        owner = getattr(owner, p)
+    return owner, parts[-1]
+
+
+def _raw(owner: Any, name: str) -> Any:
+    """The attribute as stored (descriptor for classes, walking the MRO), or raise AttributeError."""
+    if isinstance(owner, type):
+        for klass in owner.__mro__:
+            if name in vars(klass):
+                return vars(klass)[name]
+        raise AttributeError(name)
+    return getattr(owner, name)
+
+
+class Instrumentor:
+    """Base of every adapter; subclasses provide :meth:`targets`, :meth:`spec` and
+    :meth:`dependencies`. One instance per subclass (a singleton, like OpenTelemetry's).
+    """
+
+    name = "base"
+    #: module-name prefixes searched for ``from x import f`` copies of patched functions
+    alias_scopes: tuple[str, ...] = ()
+    _instances: dict = {}
+
+    def __new__(cls, *a: Any, **k: Any):
+        inst = Instrumentor._instances.get(cls)
+        if inst is None:
+            inst = super().__new__(cls)
+            inst._init_state()
+            Instrumentor._instances[cls] = inst
+        return inst
+
+    def _init_state(self) -> None:
+        self._lock = threading.RLock()
+        self._instrumented = False
+        self._generation = 0
+        # (id(owner), attr) -> (owner, attr, original, wrapper, owned) ; owned: attr was in owner.__dict__
+        self._patches: dict[tuple[int, str], tuple[Any, str, Any, Any, bool]] = {}
+        self._wrappers: dict[str, Callable] = {}
+        self._dispatcher = None
+        self._recorder = None
+        self.last_report: Optional[InstrumentReport] = None
+
+    # -- to override ---------------------------------------------------------------------------
+    def dependencies(self) -> Sequence[Dependency]:
+        return ()
+
+    def targets(self) -> Sequence[Target]:
+        raise NotImplementedError
+
+    def spec(self, op: str) -> Any:
+        """The op spec for ``op``: an object with ``bind(instance, args, kwargs) -> Call | None``
+        (and optionally ``transparent = True``), see :func:`make_wrapper`."""
+        raise NotImplementedError
+
+    def wrapper_for(self, target: Target) -> Callable:
+        """The wrapt wrapper for ``target`` (one per op, shared by its targets and aliases)."""
+        w = self._wrappers.get(target.op)
+        if w is None:
+            sp = self.spec(target.op)
+            w = make_wrapper(target.op, sp.bind, self._dispatcher, self._recorder,
+                             transparent=bool(getattr(sp, "transparent", False)))
+            self._wrappers[target.op] = w
+        return w
+
+    def _after_patch(self, target: Target, owner: Any, attr: str) -> None:
+        """Hook for subclasses (e.g. fix existing instances). Must not raise."""
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    @property
+    def is_instrumented(self) -> bool:
+        return self._instrumented
+
+    def instrument(
+        self,
+        dispatcher: Optional[Callable] = None,
+        recorder: Optional[Callable] = None,
+        *,
+        defer: bool = True,
+        check_dependencies: bool = True,
+    ) -> InstrumentReport:
+        """Patch every target that exists; set post-import hooks for modules not imported yet.
+
+        Args:
+            dispatcher: ``dispatch(definition_name, inputs, fallback)``; None = no dispatch.
+            recorder: ``record(definition, inputs)``; None = no tracing.
+            defer: register post-import hooks for targets whose module is not imported yet
+                (otherwise they are imported now, if importable).
+            check_dependencies: refuse to patch when a dependency's version is out of range.
+        """
+        with self._lock:
+            report = InstrumentReport(self.name)
+            if self._instrumented:
+                log.warning("fib-runtime: %s already instrumented (no-op)", self.name)
+                report.already = [t.path for t in self.targets()]
+                return report
+            if check_dependencies:
+                for dep in self.dependencies():
+                    reason = check_dependency(dep)
+                    if reason:
+                        report.refused = reason
+                        log.warning("fib-runtime: %s not instrumented: %s", self.name, reason)
+                        self.last_report = report
+                        return report
+            self._dispatcher, self._recorder = dispatcher, recorder
+            self._wrappers.clear()
+            self._generation += 1
+            self._instrumented = True
+            by_module: dict[str, list[Target]] = {}
+            for t in self.targets():
+                by_module.setdefault(t.module, []).append(t)
+            for modname, ts in by_module.items():
+                mod = sys.modules.get(modname)
+                if mod is None and not defer:
+                    try:
+                        mod = importlib.import_module(modname)
+                    except Exception as e:  # noqa: BLE001 - any import failure = missing
+                        report.missing += [f"{t.path} (import failed: {type(e).__name__})" for t in ts]
+                        continue
+                if mod is None:
+                    self._defer(modname, ts)
+                    report.deferred += [t.path for t in ts]
+                    continue
+                self._patch_module(mod, ts, report)
+            self._sweep_aliases(report)
+            self.last_report = report
+            if report.missing:
+                log.info("fib-runtime: %s: %d targets missing: %s", self.name, len(report.missing),
+                         ", ".join(report.missing))
+            return report
+
+    def uninstrument(self) -> None:
+        """Restore every original we replaced (only where our wrapper is still in place)."""
+        with self._lock:
+            if not self._instrumented:
+                log.warning("fib-runtime: %s is not instrumented (no-op)", self.name)
+                return
+            self._instrumented = False
+            self._generation += 1  # disarms pending post-import hooks
+            for owner, attr, original, wrapper, owned in list(self._patches.values()):
+                try:
+                    current = vars(owner).get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+                    if current is not wrapper:
+                        continue  # someone patched over us: leave theirs
+                    if owned:
+                        setattr(owner, attr, original)
+                    else:
+                        delattr(owner, attr)
+                except Exception:  # pragma: no cover - defensive
+                    log.warning("fib-runtime: could not restore %r.%s", owner, attr, exc_info=True)
+            self._patches.clear()
+            self._wrappers.clear()
+            self._on_uninstrument()
+
+    def _on_uninstrument(self) -> None:
+        """Hook for subclasses (e.g. restore instances). Must not raise."""
+
+    # -- patching ------------------------------------------------------------------------------
+    def _defer(self, modname: str, ts: list[Target]) -> None:
+        gen = self._generation
+
+        def hook(mod: Any) -> None:
+            try:
+                with self._lock:
+                    if gen != self._generation or not self._instrumented:
+                        return
+                    rep = InstrumentReport(self.name)
+                    self._patch_module(mod, ts, rep)
+                    self._sweep_aliases(rep)
+                    if self.last_report is not None:
+                        self.last_report.patched += rep.patched
+                        self.last_report.missing += rep.missing
+                        self.last_report.aliases += rep.aliases
+            except Exception:  # an exception here would fail the engine's import
+                log.warning("fib-runtime: deferred patch of %s failed", modname, exc_info=True)
+
+        wrapt.register_post_import_hook(hook, modname)
+
+    def _patch_module(self, mod: Any, ts: Iterable[Target], report: InstrumentReport) -> None:
+        for t in ts:
+            try:
+                owner, attr = _resolve_owner(mod, t.attr)
+                raw = _raw(owner, attr)
+            except AttributeError:
+                report.missing.append(f"{t.path} (absent)")
+                continue
+            try:
+                if self._patch_one(owner, attr, raw, t):
+                    report.patched.append(t.path)
+                else:
+                    report.already.append(t.path)
+                self._after_patch(t, owner, attr)
+            except Exception as e:  # noqa: BLE001
+                report.missing.append(f"{t.path} (patch failed: {e!r})")
+
+    def _patch_one(self, owner: Any, attr: str, raw: Any, t: Target) -> bool:
+        key = (id(owner), attr)
+        if is_fib_wrapper(raw):
+            return False  # one layer only, whoever installed it
+        if key in self._patches and self._patches[key][3] is raw:
+            return False
+        owned = (attr in vars(owner)) if isinstance(owner, type) else True
+        wrapper = wrapt.FunctionWrapper(raw, self.wrapper_for(t))
+        setattr(owner, attr, wrapper)
+        self._patches[key] = (owner, attr, raw, wrapper, owned)
+        return True
+
+    def _sweep_aliases(self, report: InstrumentReport) -> None:
+        """Replace module-level copies (``from x import f``) of patched plain functions."""
+        if not self.alias_scopes:
+            return
+        swept = {id(orig): w for (_o, _a, orig, w, _own) in list(self._patches.values())
+                 if not isinstance(_o, type)}
+        if not swept:
+            return
+        scopes = self.alias_scopes
+        for modname, mod in list(sys.modules.items()):
+            if mod is None or not modname.startswith(scopes):
+                continue
+            try:
+                d = vars(mod)
+            except TypeError:
+                continue
+            for name, value in list(d.items()):
+                w = swept.get(id(value))
+                if w is None or value is w:
+                    continue
+                key = (id(mod), name)
+                if key in self._patches:
+                    continue
+                try:
+                    setattr(mod, name, w)
+                except Exception:  # pragma: no cover
+                    continue
+                self._patches[key] = (mod, name, value, w, True)
+                report.aliases.append(f"{modname}.{name}")
+
+    # -- introspection -------------------------------------------------------------------------
+    def patched_paths(self) -> list[str]:
+        return sorted(f"{getattr(o, '__name__', o)}.{a}" for (o, a, *_r) in self._patches.values())
+
+    def original_of(self, owner: Any, attr: str) -> Any:
+        entry = self._patches.get((id(owner), attr))
+        return entry[2] if entry else None
+
+
+def stats() -> dict[str, dict[str, int]]:
+    """Snapshot of the interception counters: ``{op: {"calls": n, "dispatched": n, ...}}``."""
+    return STATS.snapshot()

@@ -1,0 +1,158 @@
+"""Fake engine modules that bind FlashInfer / sampler names early and late.
+
+- ``early``: ``from flashinfer.sampling import top_k_top_p_sampling_from_probs`` at import
+  (form B: a copy the adapter must find in ``sys.modules``);
+- ``late``: ``flashinfer.sampling.top_k_top_p_sampling_from_probs`` looked up at call time (form A);
+- ``lazy``: a ``LazyImport``-style proxy resolved and cached on first call (form L, SGLang);
+- a fake ``vllm.v1.sample.ops.topk_topp_sampler`` whose ``TopKTopPSampler`` binds
+  ``self.forward`` per instance at construction (form S), with ``apply_top_k_top_p`` bound by
+  name in a fake ``vllm.v1.sample.rejection_sampler``.
+
+Module names start with ``vllm``/``sglang`` so they fall into the adapters' alias scopes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+
+EARLY = r'''
+from flashinfer.sampling import top_k_top_p_sampling_from_probs
+
+def sample(probs, k, p):
+    return top_k_top_p_sampling_from_probs(probs, k, p)
+'''
+
+LATE = r'''
+def sample(probs, k, p):
+    import flashinfer
+    return flashinfer.sampling.top_k_top_p_sampling_from_probs(probs, k, p)
+'''
+
+LAZY = r'''
+import importlib
+
+class LazyImport:
+    def __init__(self, module_name, class_name):
+        self.module_name, self.class_name, self._module = module_name, class_name, None
+    def _load(self):
+        if self._module is None:
+            self._module = getattr(importlib.import_module(self.module_name), self.class_name)
+        return self._module
+    def __call__(self, *args, **kwargs):
+        return self._load()(*args, **kwargs)
+
+top_k_top_p_sampling_from_probs = LazyImport("flashinfer.sampling", "top_k_top_p_sampling_from_probs")
+
+def sample(probs, k, p):
+    return top_k_top_p_sampling_from_probs(probs, k, p, filter_apply_order="joint")
+'''
+
+TOPK_TOPP = r'''
+import torch
+
+CALLS = {"forward_native": 0, "forward_cpu": 0, "apply_top_k_top_p": 0}
+PROCESSED_LOGPROBS_MODES = ("processed_logits", "processed_logprobs")
+
+def apply_top_k_top_p(logits, k, p):
+    CALLS["apply_top_k_top_p"] += 1
+    if k is None and p is None:
+        return logits
+    if k is not None:
+        kth = logits.sort(dim=-1, descending=True).values.gather(1, (k.long() - 1).clamp(min=0)[:, None])
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if p is not None:
+        s, idx = logits.sort(dim=-1, descending=False)
+        cum = s.softmax(-1).cumsum(-1)
+        mask = cum <= 1 - p[:, None]
+        mask[:, -1] = False
+        logits = logits.scatter(1, idx, s.masked_fill(mask, float("-inf")))
+    return logits
+
+class TopKTopPSampler(torch.nn.Module):
+    def __init__(self, logprobs_mode="raw_logprobs", use_fp64_gumbel=False):
+        super().__init__()
+        self.logprobs_mode = logprobs_mode
+        self.use_fp64_gumbel = use_fp64_gumbel
+        self.forward = self.forward_cpu
+
+    def forward_native(self, logits, generators, k, p):
+        CALLS["forward_native"] += 1
+        logits = apply_top_k_top_p(logits, k, p)
+        probs = logits.softmax(dim=-1, dtype=torch.float32)
+        q = torch.empty_like(probs).exponential_()
+        for i, g in generators.items():
+            q[i].exponential_(generator=g)
+        return probs.div(q).argmax(dim=-1).view(-1), None
+
+    def forward_cpu(self, logits, generators, k, p):
+        CALLS["forward_cpu"] += 1
+        return self.forward_native(logits, generators, k, p)
+
+    def forward_cuda(self, logits, generators, k, p):
+        return self.forward_native(logits, generators, k, p)
+'''
+
+REJECTION = r'''
+from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
+
+def mask(logits, k, p):
+    return apply_top_k_top_p(logits, k, p)
+'''
+
+
+def _module(name: str, src: str, package: bool = False) -> types.ModuleType:
+    m = types.ModuleType(name)
+    m.__file__ = f"<fake {name}>"
+    if package:
+        m.__path__ = []
+    sys.modules[name] = m
+    if src:
+        exec(compile(src, m.__file__, "exec"), m.__dict__)
+    return m
+
+
+@contextlib.contextmanager
+def flashinfer_engines():
+    """The three fake engines (early, late, lazy); flashinfer (fake or real) must be importable."""
+    names = ["vllm_fib_fake_early", "sglang_fib_fake_late", "sglang_fib_fake_lazy"]
+    saved = {n: sys.modules.get(n) for n in names}
+    try:
+        early = _module(names[0], EARLY)
+        late = _module(names[1], LATE)
+        lazy = _module(names[2], LAZY)
+        yield types.SimpleNamespace(early=early, late=late, lazy=lazy)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+
+VLLM_MODULES = ("vllm", "vllm.v1", "vllm.v1.sample", "vllm.v1.sample.ops",
+                "vllm.v1.sample.ops.topk_topp_sampler", "vllm.v1.sample.rejection_sampler")
+
+
+@contextlib.contextmanager
+def fake_vllm(version: str = "0.32.0", with_sampler: bool = True):
+    """A fake ``vllm`` tree with the sampler modules (when ``with_sampler``)."""
+    saved = {n: sys.modules.get(n) for n in VLLM_MODULES}
+    try:
+        for n in VLLM_MODULES[:4]:
+            _module(n, "", package=True)
+        sys.modules["vllm"].__version__ = version
+        if with_sampler:
+            _module(VLLM_MODULES[4], TOPK_TOPP)
+            _module(VLLM_MODULES[5], REJECTION)
+        yield types.SimpleNamespace(
+            topk=sys.modules.get(VLLM_MODULES[4]), rejection=sys.modules.get(VLLM_MODULES[5]),
+            install_sampler=lambda: (_module(VLLM_MODULES[4], TOPK_TOPP),
+                                     _module(VLLM_MODULES[5], REJECTION)))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
