@@ -25,8 +25,8 @@ written as ``scalar`` values and var-axis values are always written):
 ``["name", ...]``
     exactly the named inputs go to the blob, every other tensor is ``random``.
 
-Environment (read in :func:`env_config`; the dispatcher owner's ``fib_runtime/envs.py`` will hold
-these lines once it lands):
+Environment (declared in ``fib_runtime/envs.py``, read in :func:`env_config`; explicit
+``enable()`` arguments win over them):
 
 =========================== ==========================================================
 ``FIB_ENABLE_TRACING``      ``1`` turns tracing on at the first intercepted call
@@ -34,9 +34,9 @@ these lines once it lands):
 ``FIB_TRACE_DEFINITIONS``   comma-separated names or globs to trace (default: all)
 ``FIB_TRACE_DUMP``          default dump policy: ``ints`` / ``all`` / ``none`` / ``a,b``
 ``FIB_TRACE_KEEP_FIRST_K``  workloads kept per signature (default 1)
-``FIB_TRACE_KEEP_PER_BUCKET`` workloads kept per power-of-two signature bucket (default 4)
-``FIB_TRACE_RATE``          records per second, whole process (default 20)
-``FIB_TRACE_MAX_BYTES``     bytes written per process (default 1 GiB)
+``FIB_TRACE_KEEP_PER_BUCKET`` workloads kept per power-of-two signature bucket (default 4; 0: off)
+``FIB_TRACE_RATE``          records per second, whole process (default 20; 0: unlimited)
+``FIB_TRACE_MAX_BYTES``     bytes written per process (default 1 GiB; 0: unlimited)
 ``FIB_TRACE_RANKS``         which ranks record: ``0`` (default), ``all``, ``local0``,
                             ``every:N`` (one per N consecutive ranks), ``0,8,16``
 =========================== ==========================================================
@@ -142,49 +142,51 @@ class TraceConfig:
 
 
 # ---- environment ------------------------------------------------------------------------------
+# Every variable is declared (name, default, help) in fib_runtime/envs.py; only variables that
+# are set override enable()'s defaults.
 
-def _environ() -> Mapping[str, str]:
-    """The one place the tracer reads the environment (switches to ``fib_runtime.envs`` later)."""
-    return os.environ
+def _env(name: str):
+    from fib_runtime import envs
 
-
-def _truthy(v: Optional[str]) -> bool:
-    return (v or "").strip().lower() in ("1", "true", "yes", "on")
+    return envs.get(name) if envs.is_set(name) else None
 
 
 def tracing_requested() -> bool:
     """``FIB_ENABLE_TRACING`` is set to a true value."""
-    return _truthy(_environ().get("FIB_ENABLE_TRACING"))
+    from fib_runtime import envs
+
+    return bool(envs.FIB_ENABLE_TRACING)
 
 
 def env_config() -> Dict[str, Any]:
     """``enable()`` keyword arguments taken from ``FIB_TRACE_*`` (only the variables that are set)."""
-    env = _environ()
+    from fib_runtime import envs
+
     out: Dict[str, Any] = {}
-    path = env.get("FIB_TRACE_PATH") or env.get("FIB_DATASET_PATH")
+    path = envs.FIB_TRACE_PATH or envs.FIB_DATASET_PATH
     if path:
         out["dataset_path"] = path
-    if env.get("FIB_TRACE_DEFINITIONS"):
-        out["definitions"] = [s.strip() for s in env["FIB_TRACE_DEFINITIONS"].split(",") if s.strip()]
+    if _env("FIB_TRACE_DEFINITIONS"):
+        out["definitions"] = list(envs.FIB_TRACE_DEFINITIONS)
     base = Policy()
-    if env.get("FIB_TRACE_DUMP"):
-        d = env["FIB_TRACE_DUMP"].strip()
-        base = replace(base, dump=d if d in DUMP_KINDS else tuple(s.strip() for s in d.split(",") if s.strip()))
-    if env.get("FIB_TRACE_KEEP_FIRST_K"):
-        base = replace(base, keep_first_k=int(env["FIB_TRACE_KEEP_FIRST_K"]))
-    if env.get("FIB_TRACE_KEEP_PER_BUCKET"):
-        v = env["FIB_TRACE_KEEP_PER_BUCKET"].strip().lower()
-        base = replace(base, keep_per_bucket=None if v in ("", "none", "0") else int(v))
+    d = _env("FIB_TRACE_DUMP")
+    if d:
+        base = replace(base, dump=d if d in DUMP_KINDS else tuple(x.strip() for x in d.split(",") if x.strip()))
+    if _env("FIB_TRACE_KEEP_FIRST_K") is not None:
+        base = replace(base, keep_first_k=max(0, envs.FIB_TRACE_KEEP_FIRST_K))
+    if _env("FIB_TRACE_KEEP_PER_BUCKET") is not None:
+        v = envs.FIB_TRACE_KEEP_PER_BUCKET
+        base = replace(base, keep_per_bucket=None if v <= 0 else v)
     if base != Policy():
         out["default_policy"] = base
-    if env.get("FIB_TRACE_RATE"):
-        v = env["FIB_TRACE_RATE"].strip().lower()
-        out["rate_limit"] = None if v in ("none", "0", "inf") else float(v)
-    if env.get("FIB_TRACE_MAX_BYTES"):
-        v = env["FIB_TRACE_MAX_BYTES"].strip().lower()
-        out["max_bytes"] = None if v in ("none", "0") else int(float(v))
-    if env.get("FIB_TRACE_RANKS"):
-        out["ranks"] = env["FIB_TRACE_RANKS"].strip()
+    if _env("FIB_TRACE_RATE") is not None:
+        v = envs.FIB_TRACE_RATE
+        out["rate_limit"] = None if v <= 0 or v == float("inf") else v
+    if _env("FIB_TRACE_MAX_BYTES") is not None:
+        v = envs.FIB_TRACE_MAX_BYTES
+        out["max_bytes"] = None if v <= 0 else v
+    if _env("FIB_TRACE_RANKS"):
+        out["ranks"] = envs.FIB_TRACE_RANKS
     return out
 
 
@@ -192,8 +194,10 @@ def env_config() -> Dict[str, Any]:
 
 def current_rank() -> Tuple[int, int, bool]:
     """``(global rank, local rank, final)``: torch.distributed when initialised (final), else
-    ``RANK`` / ``LOCAL_RANK`` from the environment (not final: distributed may start later)."""
-    env = _environ()
+    ``RANK`` / ``LOCAL_RANK`` from the environment (not final: distributed may start later).
+    ``RANK`` / ``LOCAL_RANK`` are the launchers' (torchrun) variables, not fib-runtime's, so they
+    are read here rather than declared in ``fib_runtime/envs.py``."""
+    env = os.environ
     try:
         import torch.distributed as dist
 
