@@ -82,6 +82,7 @@ class Dataset:
         self._traces: Dict[str, List[Trace]] = defaultdict(list)
         self._files: Dict[str, Path] = {}
         self._raw: Dict[Path, tuple] = {}
+        self._broken_definitions: Dict[str, Path] = {}  # name -> file, for definitions with errors
         self._load_definitions()
         self._load_solutions()
         self._load_jsonl("workloads", workload=True)
@@ -128,11 +129,14 @@ class Dataset:
         for path in self._definition_files():
             text, raw = self._read_json(path)
             if raw is None:
+                self._broken_definitions.setdefault(path.stem, path)  # names follow the file
                 continue
             try:
                 d = parse(Definition, raw, self.dialect)
             except ValidationError as e:
                 self.problems.extend(pydantic_problems(e, self._rel(path)))
+                if isinstance(raw, dict) and isinstance(raw.get("name"), str):
+                    self._broken_definitions[raw["name"]] = path
                 continue
             if d.name in self.definitions:
                 self._problem(path, f"duplicate definition name {d.name!r} (also in "
@@ -170,6 +174,7 @@ class Dataset:
             except (OSError, UnicodeDecodeError) as e:
                 self._problem(path, f"cannot read file: {e}")
                 continue
+            skipped: Dict[str, int] = defaultdict(int)  # lines of a definition with errors
             for lineno, line in lines:
                 try:
                     raw = json.loads(line)
@@ -187,9 +192,16 @@ class Dataset:
                 if not workload and t.is_workload_trace:
                     self._problem(path, "a trace file holds a workload-only line", lineno)
                     continue
+                if t.definition in self._broken_definitions and t.definition not in self.definitions:
+                    skipped[t.definition] += 1
+                    continue
                 if not self._check_workload(t, path, lineno):
                     continue
                 (self._workloads if workload else self._traces)[t.definition].append(t)
+            for name, n in skipped.items():
+                self._problem(path, f"{n} line(s) not checked: definition {name!r} "
+                                    f"({self._rel(self._broken_definitions[name])}) has errors",
+                              severity="warning")
 
     def _check_workload(self, t: Trace, path: Path, lineno: int) -> bool:
         d = self.definitions.get(t.definition)
