@@ -1,0 +1,230 @@
+"""Solutions the benchmark adds to a run: the FlashInfer baseline, the reference, our kernels.
+
+- **Baseline** (author ``baseline``): for a definition tagged ``fi_api:flashinfer.<module>.<fn>``,
+  a python solution calling that FlashInfer API, with the adaptations the definition needs:
+  outputs cast to the declared dtypes (FlashInfer samplers return int32, definitions int64),
+  ``eps=1e-5`` for the norms, in-place APIs (``fused_add_rmsnorm``) run on copies,
+  ``filter_apply_order="joint"`` for ``*_joint`` definitions, and for top-k + top-p from fp32
+  probabilities FlashInfer's fastest path ``flashinfer.cake_sampling`` when present (it routes
+  what it cannot serve to the regular kernel itself). Setup that FlashInfer needs once per
+  workload (``top_k_max`` for cake, the copies of in-place inputs) is done in ``run_prepare``,
+  outside the timed region. A definitions module may provide ``baseline_source(definition)``
+  returning python source with a ``run`` (e.g. wrappers that must ``plan``), used first.
+- **Reference** (author ``reference``): the definition's own ``reference`` source as a solution,
+  so the report has its row next to the others.
+- **Built-in kernels** (author ``fib-runtime``): from the dispatcher
+  (``fib_runtime.solutions.builtin_solutions()``) when it has them, else built here from
+  ``fib_runtime.kernels.builtin_table`` (one-line python sources importing the callable).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from typing import List, Optional
+
+from ..schema import Solution
+
+_GENERIC = '''import importlib
+import torch
+
+_API = {api!r}
+_KWARGS = {kwargs}
+_OUT_DTYPES = {out_dtypes}
+_INPLACE = {inplace}      # indices of inputs the API writes (run on copies)
+_RESULT_ARG = {result_arg}  # in-place API: which (copied) input holds the output
+_F = None
+
+
+def _api():
+    global _F
+    if _F is None:
+        mod, _, attr = _API.rpartition(".")
+        _F = getattr(importlib.import_module(mod), attr)
+    return _F
+
+
+def _finish(out):
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    outs = tuple(o.to(getattr(torch, dt)) if o.dtype != getattr(torch, dt) else o
+                 for o, dt in zip(outs, _OUT_DTYPES))
+    return outs if len(outs) > 1 else outs[0]
+
+
+def _call(args):
+    out = _api()(*args, **_KWARGS)
+    if _RESULT_ARG is not None:
+        out = args[_RESULT_ARG]
+    return _finish(out)
+
+
+def run(*args):
+    args = list(args)
+    for i in _INPLACE:
+        args[i] = args[i].clone()
+    return _call(args)
+
+
+def run_prepare(*args):
+    args = list(args)
+    for i in _INPLACE:
+        args[i] = args[i].clone()
+    return lambda *_ignored: _call(args)
+'''
+
+_CAKE = '''import importlib
+import torch
+
+_F = None
+_REGULAR = None
+
+
+def _api():
+    global _F, _REGULAR
+    if _F is None:
+        try:
+            _F = importlib.import_module("flashinfer.cake_sampling").top_k_top_p_sampling_from_probs
+        except Exception:
+            _REGULAR = importlib.import_module("flashinfer.sampling").top_k_top_p_sampling_from_probs
+            _F = _REGULAR
+    return _F
+
+
+def _call(probs, top_k, top_p, top_k_max=None):
+    f = _api()
+    if f is _REGULAR:
+        out = f(probs, top_k, top_p)
+    else:
+        out = f(probs, top_k, top_p, top_k_max=top_k_max)
+    return out.to(torch.int64)
+
+
+def run(probs, top_k, top_p):
+    return _call(probs, top_k, top_p, int(top_k.max()) if top_k.numel() else 1)
+
+
+def run_prepare(probs, top_k, top_p):
+    kmax = int(top_k.max()) if top_k.numel() else 1
+    return lambda p, k, q: _call(p, k, q, kmax)
+'''
+
+
+def flashinfer_available() -> bool:
+    try:
+        return importlib.util.find_spec("flashinfer") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _solution(name: str, definition, author: str, source: str, description: str,
+              hardware=("cuda",), filename: str = "main.py", entry: str = "run") -> Solution:
+    return Solution.model_validate({
+        "name": name, "definition": definition.name, "author": author,
+        "spec": {"language": "python", "target_hardware": list(hardware),
+                 "entry_point": f"{filename}::{entry}", "dependencies": [],
+                 "destination_passing_style": False},
+        "sources": [{"path": filename, "content": source}],
+        "description": description,
+    })
+
+
+def baseline_source(definition) -> Optional[str]:
+    """Python source calling the definition's ``fi_api`` FlashInfer API, or None."""
+    hook = _definitions_hook(definition)
+    if hook:
+        return hook
+    apis = [a for a in definition.tag_values("fi_api") if a.startswith("flashinfer.")]
+    if not apis:
+        return None
+    api = apis[0]
+    fn = api.rpartition(".")[2]
+    names = list(definition.inputs)
+    if (fn == "top_k_top_p_sampling_from_probs" and "joint" not in definition.name
+            and definition.inputs.get("probs") is not None and definition.inputs["probs"].dtype == "float32"
+            and names == ["probs", "top_k", "top_p"]):
+        return _CAKE
+    kwargs = {}
+    inplace: List[int] = []
+    result_arg = None
+    if "rmsnorm" in fn:
+        kwargs["eps"] = 1e-5
+    if fn == "fused_add_rmsnorm":
+        inplace = [names.index("hidden_states"), names.index("residual")]
+        result_arg = names.index("hidden_states")
+    if "joint" in definition.name and "top_k_top_p" in fn:
+        kwargs["filter_apply_order"] = "joint"
+    out_dtypes = [s.dtype for s in definition.outputs.values()]
+    return _GENERIC.format(api=api, kwargs=json.dumps(kwargs).replace("true", "True").replace("false", "False"),
+                           out_dtypes=out_dtypes, inplace=inplace, result_arg=result_arg)
+
+
+def _definitions_hook(definition) -> Optional[str]:
+    import pkgutil
+
+    try:
+        import fib_runtime.definitions as defs
+    except Exception:
+        return None
+    for info in pkgutil.iter_modules(defs.__path__):
+        try:
+            mod = importlib.import_module(f"fib_runtime.definitions.{info.name}")
+        except Exception:
+            continue
+        hook = getattr(mod, "baseline_source", None)
+        if callable(hook):
+            try:
+                src = hook(definition)
+            except Exception:
+                src = None
+            if src:
+                return src
+    return None
+
+
+def baseline_solution(definition) -> Optional[Solution]:
+    src = baseline_source(definition)
+    if src is None:
+        return None
+    api = (definition.tag_values("fi_api") or ["flashinfer"])[0]
+    return _solution(f"flashinfer_baseline_{definition.name}", definition, "baseline", src,
+                     f"FlashInfer baseline: {api} (generated by fib bench)")
+
+
+def reference_solution(definition) -> Solution:
+    return _solution(f"reference_{definition.name}", definition, "reference", definition.reference,
+                     "The definition's PyTorch reference, run as a solution", hardware=("cpu", "cuda"),
+                     filename="reference.py", entry=definition.reference_entry)
+
+
+def builtin_solutions(definitions) -> List[Solution]:
+    """Solutions of our precompiled kernels for the given definitions."""
+    names = {d.name: d for d in definitions}
+    try:
+        import fib_runtime.solutions as sols
+
+        fn = getattr(sols, "builtin_solutions", None)
+        if callable(fn):
+            out = []
+            for s in fn():
+                if s.definition in names:
+                    out.append(s)
+            return out
+    except Exception:
+        pass
+    try:
+        from fib_runtime.kernels import builtin_table
+    except Exception:
+        return []
+    entries = getattr(builtin_table, "BUILTINS", None) or getattr(builtin_table, "ENTRIES", None) or []
+    out = []
+    for e in entries:
+        prefix = getattr(e, "definition_prefix", "")
+        path = getattr(e, "callable_path", "")
+        mod, _, attr = path.replace(":", ".").rpartition(".")
+        for d in definitions:
+            if d.name.startswith(prefix) and mod:
+                src = f"from {mod} import {attr} as run\n"
+                out.append(_solution(f"fib_{attr}_{d.name}", d, "fib-runtime", src,
+                                     getattr(e, "description", "") or f"built-in kernel {path}"))
+    return out
