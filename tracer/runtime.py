@@ -96,8 +96,13 @@ class DefState:
                     self.const_checks.append((tname, i, d, defn.const_axes[ax]))
                 elif ax in self.var_axes:
                     self.axis_srcs[self.var_axes.index(ax)].append((tname, i, d))
-        firsts = [s[0] for s in self.axis_srcs]
-        if len(firsts) == 1:
+        firsts = [s[0] for s in self.axis_srcs if s]
+        if len(firsts) < len(self.axis_srcs):  # an axis only outputs carry: no signature
+            def _unbound(x):
+                raise ValueError(f"{name}: a var axis is carried by no input")
+
+            self.sig_dict = self.sig_tuple = _unbound
+        elif len(firsts) == 1:
             (n0, i0, d0), = firsts
             self.sig_dict = lambda x: (x[n0].shape[d0],)
             self.sig_tuple = lambda x: (x[i0].shape[d0],)
