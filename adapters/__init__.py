@@ -60,24 +60,38 @@ def tracing_enabled() -> bool:
     return _flag("FIB_ENABLE_TRACING")
 
 
-def runtime_hooks() -> Tuple[Optional[Callable], Optional[Callable]]:
-    """``(dispatcher, recorder)`` as enabled by the environment (None where disabled or absent)."""
+def runtime_hooks() -> Tuple[Optional[Callable], Optional[Callable], Optional[Callable]]:
+    """``(dispatcher, recorder, registrar)`` as enabled by the environment (None where disabled
+    or unavailable). The registrar makes generated Definitions known to both."""
     dispatcher = recorder = None
+    regs = []
     if apply_enabled():
         try:
             from fib_runtime.dispatch import dispatch as dispatcher  # type: ignore
+            from fib_runtime.dispatch import register_definition as reg_d  # type: ignore
+
+            regs.append(reg_d)
         except Exception:
             log.warning("fib-runtime: FIB_ENABLE_APPLY=1 but the dispatcher is unavailable",
                         exc_info=True)
             dispatcher = None
     if tracing_enabled():
         try:
-            from fib_runtime.tracer import record as recorder  # type: ignore
+            from fib_runtime import tracer  # type: ignore
+
+            recorder = tracer.recorder() if hasattr(tracer, "recorder") else tracer.record
+            if recorder is not None and hasattr(tracer, "register_definition"):
+                regs.append(tracer.register_definition)
         except Exception:
             log.warning("fib-runtime: FIB_ENABLE_TRACING=1 but the tracer is unavailable",
                         exc_info=True)
             recorder = None
-    return dispatcher, recorder
+    registrar = None
+    if regs:
+        def registrar(defn: dict, _regs=tuple(regs)) -> None:
+            for r in _regs:
+                r(defn)
+    return dispatcher, recorder, registrar
 
 
 def write_marker(engine: str, what: str = "register") -> None:

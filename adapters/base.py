@@ -231,8 +231,9 @@ def make_wrapper(
     op: str,
     bind: Binder,
     dispatcher: Optional[Callable[[str, tuple, Callable], Any]],
-    recorder: Optional[Callable[[Any, dict], Any]],
+    recorder: Optional[Callable[[Any, Any], Any]],
     *,
+    registrar: Optional[Callable[[dict], Any]] = None,
     transparent: bool = False,
 ) -> Callable:
     """Build the wrapt wrapper ``wrapper(wrapped, instance, args, kwargs)`` of one op.
@@ -242,7 +243,12 @@ def make_wrapper(
         bind: maps a call to a :class:`Call`, or None when this call is not ours to dispatch
             (e.g. a seeded request, an ``indices=`` argument): the original then runs unchanged.
         dispatcher: ``dispatch(definition_name, inputs, fallback)``, or None (no dispatch).
-        recorder: ``record(definition, inputs: dict)``, or None (no tracing).
+        recorder: ``record(definition_name, inputs_tuple)``, or None (no tracing). The tuple is
+            in the Definition's input order (the tracer accepts a name, a dict or a Definition,
+            and a tuple or a dict of inputs).
+        registrar: called once per definition name seen by this op, with the generated
+            Definition dict (so the dispatcher and the tracer know definitions the dataset lacks
+            at this vocab / hidden size). Names without a generator are not registered.
 
         transparent: count the call and run the original *without* taking the re-entrancy depth,
             so that the patched method it calls (``forward`` -> ``self.run``) is the one dispatched.
@@ -259,6 +265,8 @@ def make_wrapper(
 
         passthrough._fib_op = op  # type: ignore[attr-defined]
         return passthrough
+
+    seen: set = set()
 
     def wrapper(wrapped, instance, args, kwargs):
         if _DEPTH.get():
@@ -277,11 +285,22 @@ def make_wrapper(
             if call is None:
                 STATS.bump(op, "unbound")
                 return wrapped(*args, **kwargs)
+            if call.definition not in seen:
+                seen.add(call.definition)
+                if registrar is not None and call.definition_factory is not None:
+                    try:
+                        d = call.definition_factory()
+                        if isinstance(d, dict):
+                            registrar(d)
+                    except Exception:
+                        STATS.bump(op, "error_register")
+                        if strict_mode():
+                            raise
+                        _warn_once(("reg", op), "fib-runtime: registering %s failed", call.definition)
             if recorder is not None:
                 try:
-                    defn = call.definition_factory() if call.definition_factory else call.definition
-                    recorder(defn, call.inputs_dict())
-                    STATS.bump(op, "recorded")
+                    if recorder(call.definition, call.inputs):
+                        STATS.bump(op, "recorded")
                 except Exception:
                     STATS.bump(op, "error_record")
                     if strict_mode():
@@ -384,6 +403,7 @@ class Instrumentor:
         self._wrappers: dict[str, Callable] = {}
         self._dispatcher = None
         self._recorder = None
+        self._registrar = None
         self.last_report: Optional[InstrumentReport] = None
 
     # -- to override ---------------------------------------------------------------------------
@@ -404,7 +424,7 @@ class Instrumentor:
         if w is None:
             sp = self.spec(target.op)
             w = make_wrapper(target.op, sp.bind, self._dispatcher, self._recorder,
-                             transparent=bool(getattr(sp, "transparent", False)))
+                             registrar=self._registrar, transparent=bool(getattr(sp, "transparent", False)))
             self._wrappers[target.op] = w
         return w
 
@@ -421,6 +441,7 @@ class Instrumentor:
         dispatcher: Optional[Callable] = None,
         recorder: Optional[Callable] = None,
         *,
+        registrar: Optional[Callable] = None,
         defer: bool = True,
         check_dependencies: bool = True,
     ) -> InstrumentReport:
@@ -428,7 +449,8 @@ class Instrumentor:
 
         Args:
             dispatcher: ``dispatch(definition_name, inputs, fallback)``; None = no dispatch.
-            recorder: ``record(definition, inputs)``; None = no tracing.
+            recorder: ``record(definition_name, inputs)``; None = no tracing.
+            registrar: ``register(definition_dict)``, once per generated definition name.
             defer: register post-import hooks for targets whose module is not imported yet
                 (otherwise they are imported now, if importable).
             check_dependencies: refuse to patch when a dependency's version is out of range.
@@ -447,7 +469,7 @@ class Instrumentor:
                         log.warning("fib-runtime: %s not instrumented: %s", self.name, reason)
                         self.last_report = report
                         return report
-            self._dispatcher, self._recorder = dispatcher, recorder
+            self._dispatcher, self._recorder, self._registrar = dispatcher, recorder, registrar
             self._wrappers.clear()
             self._generation += 1
             self._instrumented = True

@@ -40,6 +40,7 @@ class FakeRecorder:
 
     def __call__(self, definition, inputs):
         self.records.append((definition, inputs))
+        return True
 
 
 @pytest.fixture
@@ -216,13 +217,16 @@ def test_failing_recorder_and_binder_run_original(fi, monkeypatch):
     assert base.stats()["top_k_sampling_from_probs"]["error_record"] == 1
 
 
-def test_recorder_gets_definition_and_named_inputs(fi):
+def test_recorder_gets_definition_and_inputs_registrar_once(fi):
     r = FakeRecorder()
-    FlashInferInstrumentor().instrument(None, r)
+    registered = []
+    FlashInferInstrumentor().instrument(None, r, registrar=registered.append)
     fi.sampling.top_k_top_p_sampling_from_probs(_probs(2, 33), 3, 0.8)
-    (defn, inputs), = r.records
-    assert defn["name"] == "top_k_top_p_sampling_from_probs_v33"
-    assert list(inputs) == ["probs", "top_k", "top_p"]
+    fi.sampling.top_k_top_p_sampling_from_probs(_probs(5, 33), 3, 0.8)
+    (name, inputs), _ = r.records
+    assert name == "top_k_top_p_sampling_from_probs_v33" and len(inputs) == 3
+    assert [d["name"] for d in registered] == ["top_k_top_p_sampling_from_probs_v33"]
+    assert list(registered[0]["inputs"]) == ["probs", "top_k", "top_p"]
 
 
 def test_names_bound_early_late_and_lazy(fi):

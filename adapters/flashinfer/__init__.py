@@ -45,19 +45,15 @@ class FlashInferInstrumentor(Instrumentor):
         return ops.SPECS[op]
 
 
-def default_hooks() -> tuple[Optional[Callable], Optional[Callable]]:
-    """The dispatcher and recorder of fib_runtime, per FIB_ENABLE_APPLY / FIB_ENABLE_TRACING."""
-    from fib_runtime.adapters import runtime_hooks
-
-    return runtime_hooks()
-
-
 def instrument(dispatcher: Optional[Callable] = None, recorder: Optional[Callable] = None,
                **kw: Any) -> InstrumentReport:
     """Instrument FlashInfer (see :meth:`Instrumentor.instrument`). With neither hook given,
-    fib_runtime's own dispatcher/recorder are used as the environment enables them."""
+    fib_runtime's own dispatcher/recorder/registrar are used as the environment enables them."""
     if dispatcher is None and recorder is None:
-        dispatcher, recorder = default_hooks()
+        from fib_runtime.adapters import runtime_hooks
+
+        dispatcher, recorder, registrar = runtime_hooks()
+        kw.setdefault("registrar", registrar)
     return FlashInferInstrumentor().instrument(dispatcher, recorder, **kw)
 
 

@@ -1,0 +1,156 @@
+"""vLLM adapter against a fake vLLM sampler module (CPU). The real vLLM runs in tests/e2e."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+import wrapt
+
+sys.path.insert(0, os.path.dirname(__file__))
+from fakes import fake_engines  # noqa: E402
+
+import fib_runtime.adapters.vllm as vllm_adapter  # noqa: E402
+from fib_runtime.adapters import base  # noqa: E402
+from fib_runtime.adapters.flashinfer import FlashInferInstrumentor  # noqa: E402
+from fib_runtime.adapters.vllm import VllmInstrumentor  # noqa: E402
+
+
+class Disp:
+    def __init__(self, solutions=None):
+        self.calls, self.solutions = [], solutions or {}
+
+    def __call__(self, name, inputs, fallback):
+        self.calls.append(name)
+        sol = self.solutions.get(name)
+        return sol(*inputs) if sol else fallback()
+
+
+def _zero_sampler(logits, top_k, top_p):
+    return torch.zeros(logits.shape[0], dtype=torch.int64)
+
+
+@pytest.fixture
+def vl(monkeypatch, tmp_path):
+    marker = tmp_path / "marker.txt"
+    monkeypatch.setenv("FIB_PLUGIN_MARKER", str(marker))
+    monkeypatch.setattr(vllm_adapter, "_DONE_PID", None)
+    base.STATS.reset()
+    with fake_engines.fake_vllm() as fake:
+        fake.marker = marker
+        yield fake
+        for inst in (VllmInstrumentor(), FlashInferInstrumentor()):
+            if inst.is_instrumented:
+                inst.uninstrument()
+
+
+def _logits(b=3, v=40):
+    return torch.randn(b, v)
+
+
+def test_register_default_patches_nothing_but_writes_marker(vl, monkeypatch):
+    monkeypatch.delenv("FIB_ENABLE_APPLY", raising=False)
+    monkeypatch.delenv("FIB_ENABLE_TRACING", raising=False)
+    orig = vl.topk.TopKTopPSampler.__dict__["forward_cpu"]
+    vllm_adapter.register()
+    vllm_adapter.register()  # re-entrant: one marker line per process
+    assert vl.topk.TopKTopPSampler.__dict__["forward_cpu"] is orig
+    lines = vl.marker.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"vllm register pid={os.getpid()}")
+
+
+def test_register_enabled_routes_sampler_and_is_reentrant(vl, monkeypatch):
+    d = Disp({"top_k_top_p_sampling_from_logits_v40": _zero_sampler})
+    monkeypatch.setenv("FIB_ENABLE_APPLY", "1")
+    monkeypatch.setattr(vllm_adapter, "runtime_hooks", lambda: (d, None, None))
+    vllm_adapter.register()
+    w = vl.topk.TopKTopPSampler.__dict__["forward_cpu"]
+    vllm_adapter.register()
+    assert vl.topk.TopKTopPSampler.__dict__["forward_cpu"] is w and base.is_fib_wrapper(w)
+    s = vl.topk.TopKTopPSampler()
+    k = torch.tensor([5, 5, 40], dtype=torch.int32)
+    out, extra = s(_logits(), {}, k, None)
+    assert out.dtype == torch.int64 and out.tolist() == [0, 0, 0] and extra is None
+    assert d.calls == ["top_k_top_p_sampling_from_logits_v40"]
+    assert vl.topk.CALLS["forward_cpu"] == 0
+    s(_logits(), {}, None, None)
+    assert d.calls[-1] == "sampling_from_logits_v40"
+    assert "instrumented" in vl.marker.read_text()
+
+
+def test_seeded_requests_keep_vllm_semantics(vl):
+    d = Disp({"top_k_top_p_sampling_from_logits_v40": _zero_sampler})
+    VllmInstrumentor().instrument(d, None)
+    s = vl.topk.TopKTopPSampler()
+    logits = _logits()
+    gens = {1: torch.Generator().manual_seed(7)}
+    out1, _ = s(logits.clone(), gens, None, torch.full((3,), 0.9))
+    # vLLM's own path ran (its generator consumed), nothing dispatched
+    assert d.calls == [] and vl.topk.CALLS["forward_cpu"] == 1
+    gens2 = {1: torch.Generator().manual_seed(7)}
+    VllmInstrumentor().uninstrument()
+    torch.manual_seed(0)
+    ref, _ = vl.topk.TopKTopPSampler()(logits.clone(), gens2, None, torch.full((3,), 0.9))
+    assert out1[1] == ref[1]  # the seeded row is reproducible exactly as in stock vLLM
+    # processed logprobs mode and fp64 gumbel: not ours either
+    VllmInstrumentor().instrument(d, None)
+    vl.topk.TopKTopPSampler("processed_logprobs")(_logits(), {}, None, torch.full((3,), 0.9))
+    vl.topk.TopKTopPSampler(use_fp64_gumbel=True)(_logits(), {}, None, torch.full((3,), 0.9))
+    assert d.calls == []
+
+
+def test_existing_instances_rebound_and_restored(vl):
+    early = vl.topk.TopKTopPSampler()  # built before patching: self.forward is the original
+    d = Disp()
+    VllmInstrumentor().instrument(d, None)
+    early(_logits(), {}, None, torch.full((3,), 0.5))
+    assert d.calls == ["top_k_top_p_sampling_from_logits_v40"]
+    late = vl.topk.TopKTopPSampler()
+    VllmInstrumentor().uninstrument()
+    for s in (early, late):
+        assert not hasattr(s.forward, "_self_parent")  # plain bound method again
+        assert s.forward.__func__ is vl.topk.TopKTopPSampler.__dict__["forward_cpu"]
+    early(_logits(), {}, None, torch.full((3,), 0.5))
+    assert d.calls == ["top_k_top_p_sampling_from_logits_v40"]
+
+
+def test_apply_top_k_top_p_and_name_bound_copies(vl):
+    d = Disp()
+    rep = VllmInstrumentor().instrument(d, None)
+    assert "vllm.v1.sample.rejection_sampler.apply_top_k_top_p" in rep.aliases
+    out = vl.rejection.mask(_logits(), torch.full((3,), 4, dtype=torch.int32), None)
+    assert out.shape == (3, 40) and d.calls == ["top_k_top_p_mask_logits_v40"]
+    # nested inside the sampler: dispatched once, at the sampler level
+    d.calls.clear()
+    vl.topk.TopKTopPSampler()(_logits(), {}, torch.full((3,), 4, dtype=torch.int32), None)
+    assert d.calls == ["top_k_top_p_sampling_from_logits_v40"]
+    VllmInstrumentor().uninstrument()
+    assert vl.rejection.apply_top_k_top_p is vl.topk.apply_top_k_top_p
+    assert not base.is_fib_wrapper(vl.topk.apply_top_k_top_p)
+
+
+def test_sampler_module_imported_after_instrument(monkeypatch):
+    with fake_engines.fake_vllm(with_sampler=False) as fake:
+        inst = VllmInstrumentor()
+        rep = inst.instrument(Disp(), None)
+        try:
+            assert set(rep.deferred) == {t.path for t in vllm_adapter.TARGETS}
+            topk, rej = fake.install_sampler()
+            wrapt.notify_module_loaded(topk)
+            assert base.is_fib_wrapper(topk.TopKTopPSampler.__dict__["forward_cpu"])
+            assert base.is_fib_wrapper(topk.apply_top_k_top_p)
+        finally:
+            inst.uninstrument()
+
+
+def test_register_never_raises(vl, monkeypatch):
+    monkeypatch.setenv("FIB_ENABLE_APPLY", "1")
+
+    def boom():
+        raise RuntimeError("hooks broken")
+
+    monkeypatch.setattr(vllm_adapter, "runtime_hooks", boom)
+    vllm_adapter.register()  # logged, not raised
+    assert not VllmInstrumentor().is_instrumented
