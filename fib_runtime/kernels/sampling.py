@@ -1,0 +1,255 @@
+"""Precompiled CUDA samplers: ``fib_runtime.kernels.sampling.*``.
+
+One kernel launch per call (one thread-block cluster per row on Hopper), no host-device sync,
+no allocation besides the output (pass ``out=`` to avoid that too), launched on the caller's
+current CUDA stream (apache-tvm-ffi hands the library torch's current stream).
+
+Semantics (documented rules; the tests check them):
+- ``probs`` are float32 ``[B, V]``; ``logits`` float32, bfloat16 or float16 ``[B, V]``; rows must be
+  contiguous (stride(1) == 1), row stride is free.
+- ``top_k``, ``top_p``, ``min_p``, ``temperature``: a Python scalar or a per-row tensor ``[B]``
+  (top_k int32/int64, the others float32) on the input's device.
+- top-k: ``0 < k < V`` filters, anything else (k <= 0, k >= V) keeps every token. Exactly k tokens
+  are kept; ties at the k-th value go to the lower token index.
+- top-p: keep token i iff the probability mass of strictly larger kept tokens is < top_p (tokens of
+  equal value are kept or dropped together); top_p >= 1 keeps everything, top_p <= 0 keeps the
+  maximum (all tokens tied at it).
+- min-p: keep p_i >= min_p * max_j p_j (from logits: l_i >= l_max + T ln(min_p)).
+- Orders: ``filter_apply_order="top_k_first"`` (top-k, renormalise, then top-p: FlashInfer's
+  default, vLLM's semantics) or ``"joint"`` (top-p against the unrenormalised row, SGLang's).
+  When min-p is combined with top-p it is applied before top-p.
+- Temperature (logits only): scores l/T; T <= 0 (or NaN) is greedy (argmax, lowest index).
+- NaN and infinities: NaN logits count as -inf, NaN or negative probabilities as 0. If a row has
+  +inf entries the draw is uniform over them. A row with no positive weight (all -inf/NaN logits,
+  all-zero probs) returns token 0 (renorm: all zeros).
+- Resolution: weights are kept as floor(w / w_max * 2^44) (exact integer sums, so the draw is
+  monotone and bitwise deterministic); tokens below 2^-44 of the row maximum are never drawn.
+- Randomness: one Philox4x32-10 draw per row keyed by (seed, offset, row). Pass ``seed``/``offset``
+  as Python ints or as int64 device tensors of 1 or B entries (read on the device: CUDA-graph safe;
+  the caller advances the offset, by 1 per call is enough). Without them a process-wide counter
+  is used (seed from ``torch.initial_seed()``, offset incremented per call): fine eagerly, frozen
+  inside a CUDA graph.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from typing import Any
+
+import torch
+
+from .loader import load_family, reason
+
+__all__ = [
+    "KernelUnavailable",
+    "available",
+    "sampling_from_probs",
+    "sampling_from_logits",
+    "top_k_sampling_from_probs",
+    "top_p_sampling_from_probs",
+    "min_p_sampling_from_probs",
+    "top_k_top_p_sampling_from_probs",
+    "top_k_sampling_from_logits",
+    "top_p_sampling_from_logits",
+    "min_p_sampling_from_logits",
+    "top_k_top_p_sampling_from_logits",
+    "top_k_renorm_probs",
+    "top_p_renorm_probs",
+    "top_k_mask_logits",
+]
+
+_SAMPLE, _RENORM, _MASK = 0, 1, 2
+_EXPLICIT_STREAM = os.environ.get("FIB_SAMPLING_EXPLICIT_STREAM", "0") == "1"
+_CLUSTER = int(os.environ.get("FIB_SAMPLING_CLUSTER", "0") or 0)  # 0 = automatic
+
+
+class KernelUnavailable(RuntimeError):
+    """The precompiled sampling kernels cannot run here (see loader.availability())."""
+
+
+_fn: Any = None
+_fn_lock = threading.Lock()
+_seed: int | None = None
+_counter = itertools.count(1)
+
+
+def _sample_fn():
+    global _fn
+    if _fn is None:
+        with _fn_lock:
+            if _fn is None:
+                mod = load_family("sampling")
+                if mod is None:
+                    raise KernelUnavailable(f"fib sampling kernels unavailable: {reason('sampling')}")
+                _fn = mod.sample
+    return _fn
+
+
+def available() -> bool:
+    return load_family("sampling") is not None
+
+
+def _default_seed_offset() -> tuple[int, int]:
+    global _seed
+    if _seed is None:
+        _seed = torch.initial_seed() & 0x7FFFFFFFFFFFFFFF
+    return _seed, next(_counter)
+
+
+def _int_arg(v):
+    if v is None:
+        return None, 0
+    if isinstance(v, torch.Tensor):
+        if v.dim() == 0:
+            v = v.reshape(1)
+        if v.dtype not in (torch.int32, torch.int64):
+            v = v.to(torch.int32)
+        return v, 0
+    return None, int(v)
+
+
+def _float_arg(v, default):
+    if v is None:
+        return None, default
+    if isinstance(v, torch.Tensor):
+        if v.dim() == 0:
+            v = v.reshape(1)
+        if v.dtype != torch.float32:
+            v = v.to(torch.float32)
+        return v, default
+    return None, float(v)
+
+
+def _rng_arg(v):
+    if isinstance(v, torch.Tensor):
+        if v.dim() == 0:
+            v = v.reshape(1)
+        if v.dtype != torch.int64:
+            v = v.to(torch.int64)
+        return v, 0
+    return None, int(v)
+
+
+def _call(x: torch.Tensor, mode: int, is_logits: bool, top_k=None, top_p=None, min_p=None, temperature=None,
+          joint: bool = False, seed=None, offset=None, generator=None, out=None):
+    fn = _sample_fn()
+    if x.dim() == 1:
+        res = _call(x.unsqueeze(0), mode, is_logits, top_k, top_p, min_p, temperature, joint, seed, offset,
+                    generator, None if out is None else out.unsqueeze(0))
+        return res.squeeze(0)
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    kt, kv = _int_arg(top_k)
+    pt, pv = _float_arg(top_p, 1.0)
+    mt, mv = _float_arg(min_p, 0.0)
+    tt, tv = _float_arg(temperature, 1.0)
+    if seed is None or offset is None:
+        if generator is not None:
+            ds, do = generator.initial_seed(), next(_counter)
+        else:
+            ds, do = _default_seed_offset()
+        seed = ds if seed is None else seed
+        offset = do if offset is None else offset
+    st, sv = _rng_arg(seed)
+    ot, ov = _rng_arg(offset)
+    if mode == _SAMPLE:
+        if out is None:
+            out = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
+        oi, ovals = out, None
+    else:
+        if out is None:
+            out = torch.empty(x.shape, dtype=torch.float32 if mode == _RENORM else x.dtype, device=x.device)
+        oi, ovals = None, out
+    stream = torch.cuda.current_stream(x.device).cuda_stream if _EXPLICIT_STREAM else -1
+    fn(x, oi, ovals, mode, 1 if is_logits else 0, kt, kv, pt, pv, mt, mv, tt, tv, 1 if joint else 0,
+       st, sv, ot, ov, _CLUSTER, stream)
+    return out
+
+
+def _joint(order: str) -> bool:
+    if order == "top_k_first":
+        return False
+    if order == "joint":
+        return True
+    raise ValueError(f"filter_apply_order must be 'top_k_first' or 'joint', not {order!r}")
+
+
+# ---------------------------------------------------------------- from probabilities
+def sampling_from_probs(probs, *, seed=None, offset=None, generator=None, out=None):
+    """Draw one token per row from ``probs`` [B, V] (float32, need not be normalised)."""
+    return _call(probs, _SAMPLE, False, seed=seed, offset=offset, generator=generator, out=out)
+
+
+def top_k_sampling_from_probs(probs, top_k, *, seed=None, offset=None, generator=None, out=None):
+    return _call(probs, _SAMPLE, False, top_k=top_k, seed=seed, offset=offset, generator=generator, out=out)
+
+
+def top_p_sampling_from_probs(probs, top_p, *, seed=None, offset=None, generator=None, out=None):
+    return _call(probs, _SAMPLE, False, top_p=top_p, seed=seed, offset=offset, generator=generator, out=out)
+
+
+def min_p_sampling_from_probs(probs, min_p, *, seed=None, offset=None, generator=None, out=None):
+    return _call(probs, _SAMPLE, False, min_p=min_p, seed=seed, offset=offset, generator=generator, out=out)
+
+
+def top_k_top_p_sampling_from_probs(probs, top_k, top_p, *, filter_apply_order="top_k_first", seed=None,
+                                    offset=None, generator=None, out=None):
+    return _call(probs, _SAMPLE, False, top_k=top_k, top_p=top_p, joint=_joint(filter_apply_order), seed=seed,
+                 offset=offset, generator=generator, out=out)
+
+
+# ---------------------------------------------------------------- from logits (no softmax pass)
+def sampling_from_logits(logits, temperature=None, *, seed=None, offset=None, generator=None, out=None):
+    """Draw from softmax(logits / temperature) without materialising the probabilities."""
+    return _call(logits, _SAMPLE, True, temperature=temperature, seed=seed, offset=offset, generator=generator,
+                 out=out)
+
+
+def top_k_sampling_from_logits(logits, top_k, temperature=None, *, seed=None, offset=None, generator=None,
+                               out=None):
+    return _call(logits, _SAMPLE, True, top_k=top_k, temperature=temperature, seed=seed, offset=offset,
+                 generator=generator, out=out)
+
+
+def top_p_sampling_from_logits(logits, top_p, temperature=None, *, seed=None, offset=None, generator=None,
+                               out=None):
+    return _call(logits, _SAMPLE, True, top_p=top_p, temperature=temperature, seed=seed, offset=offset,
+                 generator=generator, out=out)
+
+
+def min_p_sampling_from_logits(logits, min_p, temperature=None, *, seed=None, offset=None, generator=None,
+                               out=None):
+    return _call(logits, _SAMPLE, True, min_p=min_p, temperature=temperature, seed=seed, offset=offset,
+                 generator=generator, out=out)
+
+
+def top_k_top_p_sampling_from_logits(logits, top_k, top_p, temperature=None, *, filter_apply_order="top_k_first",
+                                     seed=None, offset=None, generator=None, out=None):
+    return _call(logits, _SAMPLE, True, top_k=top_k, top_p=top_p, temperature=temperature,
+                 joint=_joint(filter_apply_order), seed=seed, offset=offset, generator=generator, out=out)
+
+
+# ---------------------------------------------------------------- renorm / mask helpers
+def top_k_renorm_probs(probs, top_k, *, out=None):
+    """probs with everything outside the top-k set to 0, renormalised (float32)."""
+    return _call(probs, _RENORM, False, top_k=top_k, seed=0, offset=0, out=out)
+
+
+def top_p_renorm_probs(probs, top_p, *, out=None):
+    """probs restricted to the top-p nucleus, renormalised (float32)."""
+    return _call(probs, _RENORM, False, top_p=top_p, seed=0, offset=0, out=out)
+
+
+def top_k_mask_logits(logits, top_k, *, out=None):
+    """logits with everything outside the top-k set to -inf (same dtype)."""
+    return _call(logits, _MASK, True, top_k=top_k, seed=0, offset=0, out=out)
+
+
+def _launch_config(B: int, V: int, dtype_code: int = 0, cluster: int = 0, device: int = 0) -> dict:
+    """Debug: the geometry the library would pick (S CTAs per row, slice, resident, smem)."""
+    mod = load_family("sampling")
+    if mod is None:
+        raise KernelUnavailable(reason("sampling"))
+    s, chunk, res, smem, sms, major = (int(v) for v in str(mod.launch_config(B, V, dtype_code, cluster, device)).split(","))
+    return {"cluster": s, "chunk": chunk, "resident": bool(res), "smem": smem, "sms": sms, "cc_major": major}

@@ -1,0 +1,197 @@
+// fib-runtime sampling kernels: shared helpers (keys, fixed point, Philox, cluster access).
+#pragma once
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define FIB_HAS_CLUSTER 1
+#else
+#define FIB_HAS_CLUSTER 0
+#endif
+
+namespace fib {
+namespace sampling {
+
+constexpr int kThreads = 512;              // threads per CTA
+constexpr int kWarps = kThreads / 32;      // 16
+constexpr int kBins = 2048;                // 11-bit radix digits: 11/11/10
+constexpr int kBinsPerThread = kBins / kThreads;
+constexpr int kMaxCluster = 8;
+// Fixed-point scale of the sampling weights: w in [0,1] -> floor(w * 2^44). A row of up to
+// 2^18.x tokens sums below 2^63. Tokens whose weight relative to the row maximum is below 2^-44
+// (logits more than 30.5*T below the maximum) get weight 0 and are never drawn.
+constexpr float kFixScale = 17592186044416.0f;  // 2^44
+constexpr double kFixInv = 1.0 / 17592186044416.0;
+
+enum DType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
+enum Mode : int { kSample = 0, kRenormProbs = 1, kMaskLogits = 2 };
+
+// ---- order-preserving keys: a > b (floats, no NaN) <=> key(a) > key(b). Key 0 never occurs
+// for sanitised inputs (NaN is mapped to -inf or 0 first).
+__device__ __forceinline__ uint32_t f2key(float f) {
+  uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key2f(uint32_t k) {
+  uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+  return __uint_as_float(u);
+}
+
+// NaN -> -inf (logits) or 0 (probs); negative probs -> 0; -0 -> +0.
+__device__ __forceinline__ float sanitize(float v, bool logits) {
+  if (v != v) v = logits ? -INFINITY : 0.0f;
+  if (!logits && v < 0.0f) v = 0.0f;
+  if (v == 0.0f) v = 0.0f;
+  return v;
+}
+
+template <int DT>
+__device__ __forceinline__ float load_elem(const void* base, int64_t i) {
+  if constexpr (DT == kF32) {
+    return __ldg(reinterpret_cast<const float*>(base) + i);
+  } else {
+    unsigned short u = __ldg(reinterpret_cast<const unsigned short*>(base) + i);
+    if constexpr (DT == kBF16) {
+      return __uint_as_float(static_cast<uint32_t>(u) << 16);
+    } else {
+      return __half2float(__ushort_as_half(u));
+    }
+  }
+}
+
+// ---- weights in fixed point
+struct WeightCtx {
+  float m;      // logits: row max; probs: row max
+  float scale;  // logits: log2(e)/T ; probs: 1/max
+  int kind;     // 0 logits, 1 probs, 2 max is +inf (uniform over +inf), 3 degenerate (all zero)
+};
+
+__device__ __forceinline__ uint64_t weight_of(uint32_t key, const WeightCtx& c) {
+  float f = key2f(key);
+  float w;
+  if (c.kind == 0) {
+    w = exp2f(__fmul_rn(__fsub_rn(f, c.m), c.scale));
+  } else if (c.kind == 1) {
+    w = __fmul_rn(f, c.scale);
+  } else if (c.kind == 2) {
+    w = (f == INFINITY) ? 1.0f : 0.0f;
+  } else {
+    w = 0.0f;
+  }
+  return __float2ull_rz(__fmul_rn(w, kFixScale));
+}
+
+// ---- Philox4x32-10 (Salmon et al., SC'11), same constants as Random123 / curand.
+__host__ __device__ __forceinline__ void philox4x32_10(uint32_t key0, uint32_t key1, uint32_t c[4]) {
+  const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+#if defined(__CUDA_ARCH__)
+    uint32_t hi0 = __umulhi(M0, c[0]), lo0 = M0 * c[0];
+    uint32_t hi1 = __umulhi(M1, c[2]), lo1 = M1 * c[2];
+#else
+    uint64_t p0 = static_cast<uint64_t>(M0) * c[0], p1 = static_cast<uint64_t>(M1) * c[2];
+    uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+#endif
+    uint32_t n0 = hi1 ^ c[1] ^ key0, n2 = hi0 ^ c[3] ^ key1;
+    c[0] = n0;
+    c[1] = lo1;
+    c[2] = n2;
+    c[3] = lo0;
+    key0 += W0;
+    key1 += W1;
+  }
+}
+
+// 64 random bits for (seed, offset, row): counter = (offset lo, offset hi, row, tag), key = seed.
+__device__ __forceinline__ uint64_t row_random64(uint64_t seed, uint64_t offset, uint32_t row) {
+  uint32_t c[4] = {static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32), row, 0x46494231u};
+  philox4x32_10(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), c);
+  return (static_cast<uint64_t>(c[0]) << 32) | c[1];
+}
+
+// ---- cluster helpers (a cluster of 1 on pre-Hopper builds)
+__device__ __forceinline__ uint32_t cl_rank() {
+#if FIB_HAS_CLUSTER
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+#else
+  return 0;
+#endif
+}
+__device__ __forceinline__ uint32_t cl_size() {
+#if FIB_HAS_CLUSTER
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+#else
+  return 1;
+#endif
+}
+__device__ __forceinline__ void cl_sync() {
+#if FIB_HAS_CLUSTER
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __syncthreads();
+#endif
+}
+__device__ __forceinline__ void cl_arrive() {
+#if FIB_HAS_CLUSTER
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cl_wait() {
+#if FIB_HAS_CLUSTER
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+template <class T>
+__device__ __forceinline__ T* cl_remote(T* p, uint32_t rank) {
+#if FIB_HAS_CLUSTER
+  return cooperative_groups::this_cluster().map_shared_rank(p, rank);
+#else
+  (void)rank;
+  return p;
+#endif
+}
+
+// ---- warp / block reductions and scans (kThreads threads, all participate)
+__device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+  return v;
+}
+__device__ __forceinline__ uint64_t warp_incl_scan_u64(uint64_t v, int lane) {
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    uint64_t o = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += o;
+  }
+  return v;
+}
+// exclusive prefix over threads in index order; *total gets the block total. scratch: kWarps u64.
+__device__ __forceinline__ uint64_t block_excl_scan_u64(uint64_t v, uint64_t* scratch, uint64_t* total) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  uint64_t inc = warp_incl_scan_u64(v, lane);
+  if (lane == 31) scratch[w] = inc;
+  __syncthreads();
+  uint64_t before = 0, tot = 0;
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) {
+    uint64_t s = scratch[i];
+    if (i < w) before += s;
+    tot += s;
+  }
+  __syncthreads();
+  *total = tot;
+  return before + inc - v;
+}
+
+}  // namespace sampling
+}  // namespace fib

@@ -1,0 +1,510 @@
+// fib-runtime sampling kernel: one thread-block cluster per row, the row resident in shared memory.
+//
+// Algorithm (all filters are thresholds on order-preserving 32-bit keys of the scores):
+//  1. Load: each CTA of the cluster (S <= 8 CTAs) reads its slice of the row once from HBM into
+//     shared memory as keys (NaN -> -inf for logits / 0 for probs). Each thread's maximum is a
+//     "delegate"; their 11-bit histogram is built on the fly.
+//  2. top-k: the k-th largest delegate's bucket gives a lower bound L (k distinct delegates lie
+//     at or above it), then an exact 11/11/10-bit radix select over the keys >= L, histograms
+//     summed across the cluster over DSMEM. Ties at the k-th value: exactly k tokens are kept,
+//     lower token index first.
+//  3. min-p: one threshold (p >= min_p * p_max; logits: l >= l_max + T ln(min_p)).
+//  4. top-p: radix select on mass (u64 fixed-point weight histograms, exact and order-free):
+//     keep token i iff the mass of strictly larger kept tokens is < top_p * total. Tokens of
+//     equal value are kept or dropped together. total = kept mass after top-k ("top_k_first",
+//     renormalised) or the whole row ("joint", unrenormalised).
+//  5. Draw: one Philox4x32-10 number per row, keyed by (seed, offset, row), selects a point of
+//     the integer CDF of the kept weights in token order (exact, monotone, deterministic,
+//     independent of the cluster geometry).
+// Weights: logits w = exp2((l - l_max) * log2(e)/T), probs w = p / p_max, stored as
+// floor(w * 2^44). See common.cuh for the resolution this implies.
+#pragma once
+#include "fib/sampling/common.cuh"
+
+namespace fib {
+namespace sampling {
+
+struct Params {
+  const void* in;
+  int64_t in_stride;  // elements between rows
+  void* out_vals;     // renorm (float32) / mask (input dtype) output
+  int64_t out_stride;
+  int64_t* out_idx;   // sample output
+  int B, V, chunk;
+  int is_logits, mode, resident, joint;
+  const void* top_k_arr;
+  int top_k_is64, top_k_val, has_topk;
+  const float* top_p_arr;
+  float top_p_val;
+  int has_topp;
+  const float* min_p_arr;
+  float min_p_val;
+  int has_minp;
+  const float* temp_arr;
+  float temp_val;
+  const int64_t* seed_arr;
+  const int64_t* offset_arr;
+  int64_t seed_val, offset_val;
+  int seed_per_row, offset_per_row;
+};
+
+// Finds bucket b (bins 4t..4t+3 held by thread t, values v) with above(b) < target <= above(b)+v(b),
+// above(b) = sum of v over bins > b. Writes sh_b (-1 when none), sh_above, sh_v; returns block total.
+__device__ __forceinline__ uint64_t find_bucket(const uint64_t v[kBinsPerThread], uint64_t target, int* sh_b,
+                                                uint64_t* sh_above, uint64_t* sh_v, uint64_t* scratch) {
+  if (threadIdx.x == 0) *sh_b = -1;
+  uint64_t s = 0;
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) s += v[j];
+  uint64_t total;
+  uint64_t excl = block_excl_scan_u64(s, scratch, &total);  // has __syncthreads
+  uint64_t above = total - excl - s;
+#pragma unroll
+  for (int j = kBinsPerThread - 1; j >= 0; --j) {
+    if (v[j] > 0 && above < target && target <= above + v[j]) {
+      *sh_b = threadIdx.x * kBinsPerThread + j;
+      *sh_above = above;
+      *sh_v = v[j];
+    }
+    above += v[j];
+  }
+  __syncthreads();
+  return total;
+}
+
+template <class T>
+__device__ __forceinline__ void cluster_totals(T* buf, uint32_t S, uint64_t v[kBinsPerThread]) {
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) v[j] = 0;
+  for (uint32_t r = 0; r < S; ++r) {
+    const T* rb = cl_remote(buf, r) + threadIdx.x * kBinsPerThread;
+    if constexpr (sizeof(T) == 4) {
+      uint4 q = *reinterpret_cast<const uint4*>(rb);
+      v[0] += q.x; v[1] += q.y; v[2] += q.z; v[3] += q.w;
+    } else {
+      ulonglong2 a = reinterpret_cast<const ulonglong2*>(rb)[0];
+      ulonglong2 b = reinterpret_cast<const ulonglong2*>(rb)[1];
+      v[0] += a.x; v[1] += a.y; v[2] += b.x; v[3] += b.y;
+    }
+  }
+}
+
+__device__ __forceinline__ bool kept_pred(uint32_t key, int i, uint32_t lo, int cut) {
+  return key > lo || (key == lo && i < cut);
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
+  extern __shared__ __align__(16) unsigned char dsm[];
+  uint64_t* hist = reinterpret_cast<uint64_t*>(dsm);  // [2][kBins]; count passes use the low half as u32
+  uint32_t* skeys = reinterpret_cast<uint32_t*>(dsm + 2 * kBins * sizeof(uint64_t));
+  __shared__ uint64_t sh_scratch[kWarps];
+  __shared__ uint64_t sh_wsum[kWarps];
+  __shared__ uint64_t sh_slot[4];
+  __shared__ uint64_t sh_gather[kMaxCluster];
+  __shared__ uint64_t sh_above, sh_v;
+  __shared__ int sh_b, sh_cut, sh_take, sh_local;
+  __shared__ uint32_t sh_max;
+
+  constexpr int ESIZE = (DT == kF32) ? 4 : 2;
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+  const int row = blockIdx.y;
+  const uint32_t rank = cl_rank(), S = cl_size();
+  const int V = p.V;
+  const int64_t start = static_cast<int64_t>(rank) * p.chunk;
+  const int64_t n_rem = static_cast<int64_t>(V) - start;
+  const int n = n_rem <= 0 ? 0 : static_cast<int>(n_rem < p.chunk ? n_rem : p.chunk);
+  const bool logits = p.is_logits != 0;
+  const bool resident = p.resident != 0;
+  const char* in_row = reinterpret_cast<const char*>(p.in) + (static_cast<int64_t>(row) * p.in_stride + start) * ESIZE;
+
+  // ---- per-row parameters
+  int k = 0;
+  if (p.has_topk) {
+    if (p.top_k_arr) {
+      if (p.top_k_is64) {
+        long long kk = reinterpret_cast<const long long*>(p.top_k_arr)[row];
+        k = kk > 0x7fffffffLL ? 0x7fffffff : (kk < 0 ? 0 : static_cast<int>(kk));
+      } else {
+        k = reinterpret_cast<const int*>(p.top_k_arr)[row];
+      }
+    } else {
+      k = p.top_k_val;
+    }
+  }
+  float tp = p.has_topp ? (p.top_p_arr ? p.top_p_arr[row] : p.top_p_val) : 1.0f;
+  float mp = p.has_minp ? (p.min_p_arr ? p.min_p_arr[row] : p.min_p_val) : 0.0f;
+  float T = logits ? (p.temp_arr ? p.temp_arr[row] : p.temp_val) : 1.0f;
+  if (logits && !(T > 0.0f)) {  // temperature <= 0 (or NaN): greedy
+    k = 1;
+    tp = 1.0f;
+    mp = 0.0f;
+    T = 1.0f;
+  }
+  const bool use_k = k > 0 && k < V;
+  const bool use_p = tp < 1.0f;  // NaN -> no filter
+  const bool use_m = mp > 0.0f;
+  mp = fminf(mp, 1.0f);
+
+  auto gkey = [&](int i) -> uint32_t { return f2key(sanitize(load_elem<DT>(in_row, i), logits)); };
+#define FIB_KEY(i) (resident ? skeys[(i)] : gkey(i))
+
+  uint32_t* cnt0 = reinterpret_cast<uint32_t*>(hist);
+  for (int b = tid; b < kBins; b += kThreads) cnt0[b] = 0u;
+  if (tid == 0) sh_max = 0u;
+  __syncthreads();
+
+  // ---- 1. load (+ delegate histogram)
+  uint32_t dkey = 0;
+  {
+    constexpr int VEC = 16 / ESIZE;
+    constexpr int UNROLL = (DT == kF32) ? 4 : 2;
+    const bool vec_ok = (reinterpret_cast<uintptr_t>(in_row) & 15) == 0;
+    const int nv = vec_ok ? n / VEC : 0;
+    const uint4* src = reinterpret_cast<const uint4*>(in_row);
+    for (int v0 = tid; v0 < nv; v0 += kThreads * UNROLL) {
+      uint4 r[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        int vi = v0 + u * kThreads;
+        if (vi < nv) r[u] = resident ? __ldcs(src + vi) : __ldg(src + vi);
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        int vi = v0 + u * kThreads;
+        if (vi < nv) {
+          uint32_t kk[VEC];
+          const uint32_t w4[4] = {r[u].x, r[u].y, r[u].z, r[u].w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            if constexpr (DT == kF32) {
+              kk[j] = f2key(sanitize(__uint_as_float(w4[j]), logits));
+            } else if constexpr (DT == kBF16) {
+              kk[2 * j] = f2key(sanitize(__uint_as_float(w4[j] << 16), logits));
+              kk[2 * j + 1] = f2key(sanitize(__uint_as_float(w4[j] & 0xffff0000u), logits));
+            } else {
+              kk[2 * j] = f2key(sanitize(__half2float(__ushort_as_half(static_cast<unsigned short>(w4[j] & 0xffffu))), logits));
+              kk[2 * j + 1] = f2key(sanitize(__half2float(__ushort_as_half(static_cast<unsigned short>(w4[j] >> 16))), logits));
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) dkey = max(dkey, kk[j]);
+          if (resident) {
+#pragma unroll
+            for (int j = 0; j < VEC; j += 4)
+              *reinterpret_cast<uint4*>(skeys + static_cast<int64_t>(vi) * VEC + j) = make_uint4(kk[j], kk[j + 1], kk[j + 2], kk[j + 3]);
+          }
+        }
+      }
+    }
+    for (int i = nv * VEC + tid; i < n; i += kThreads) {
+      uint32_t key = gkey(i);
+      if (resident) skeys[i] = key;
+      dkey = max(dkey, key);
+    }
+  }
+  if (use_k && dkey) atomicAdd(&cnt0[dkey >> 21], 1u);
+  {
+    uint32_t wm = __reduce_max_sync(0xffffffffu, dkey);
+    if (lane == 0) atomicMax(&sh_max, wm);
+  }
+  __syncthreads();
+  if (tid == 0) sh_slot[0] = sh_max;
+  cl_sync();  // (A) keys, delegate histogram and local maxima visible cluster-wide
+  if (tid < static_cast<int>(S)) sh_gather[tid] = *cl_remote(&sh_slot[0], tid);
+  __syncthreads();
+  uint32_t maxkey = 0;
+  for (uint32_t r = 0; r < S; ++r) maxkey = max(maxkey, static_cast<uint32_t>(sh_gather[r]));
+  const float mval = key2f(maxkey);
+
+  WeightCtx wc;
+  wc.m = mval;
+  wc.scale = 1.0f;
+  if (mval == INFINITY) {
+    wc.kind = 2;
+  } else if (logits) {
+    if (mval == -INFINITY) {
+      wc.kind = 3;
+    } else {
+      wc.kind = 0;
+      wc.scale = __fdiv_rn(1.4426950408889634f, T);
+    }
+  } else {
+    if (!(mval > 0.0f)) {
+      wc.kind = 3;
+    } else {
+      wc.kind = 1;
+      wc.scale = __fdiv_rn(1.0f, mval);
+    }
+  }
+
+  // kept(key, i) = key > lo || (key == lo && i < cut)
+  uint32_t lo = 0u;
+  int cut = 0x7fffffff;
+  int stage = 1;
+
+  // ---- 2. top-k
+  if (use_k) {
+    uint64_t v[kBinsPerThread];
+    cluster_totals(cnt0, S, v);
+    find_bucket(v, static_cast<uint64_t>(k), &sh_b, &sh_above, &sh_v, sh_scratch);
+    const uint32_t L = sh_b >= 0 ? (static_cast<uint32_t>(sh_b) << 21) : 0u;
+    uint32_t prefix = 0, mask = 0;
+    uint64_t rem = static_cast<uint64_t>(k);
+    for (int pass = 0; pass < 3; ++pass) {
+      const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
+      const uint32_t dmask = pass == 2 ? 0x3ffu : 0x7ffu;
+      uint32_t* cnt = reinterpret_cast<uint32_t*>(hist + (stage & 1) * kBins);
+      ++stage;
+      for (int b = tid; b < kBins; b += kThreads) cnt[b] = 0u;
+      __syncthreads();
+      for (int i = tid; i < n; i += kThreads) {
+        uint32_t key = FIB_KEY(i);
+        if (key >= L && (key & mask) == prefix) atomicAdd(&cnt[(key >> shift) & dmask], 1u);
+      }
+      cl_sync();
+      cluster_totals(cnt, S, v);
+      find_bucket(v, rem, &sh_b, &sh_above, &sh_v, sh_scratch);
+      const int b = sh_b;
+      if (b < 0) break;  // cannot happen (rem <= candidates); keep everything above the prefix
+      rem -= sh_above;
+      prefix |= static_cast<uint32_t>(b) << shift;
+      mask |= dmask << shift;
+      lo = prefix;
+      if (sh_v == rem) break;  // the whole bucket is kept: key >= prefix
+      if (pass == 2) {
+        // exact k-th key; sh_v ties of which rem are kept, lowest index first
+        if (tid == 0) {
+          uint64_t before = 0;
+          for (uint32_t r = 0; r < rank; ++r) before += cl_remote(cnt, r)[b];
+          int local = static_cast<int>(cnt[b]);
+          long long take = static_cast<long long>(rem) - static_cast<long long>(before);
+          take = take < 0 ? 0 : (take > local ? local : take);
+          sh_take = static_cast<int>(take);
+          sh_local = local;
+        }
+        __syncthreads();
+        const int take = sh_take, local = sh_local;
+        if (take >= local) {
+          cut = 0x7fffffff;
+        } else if (take == 0) {
+          cut = 0;
+        } else {
+          const int E = (n + kThreads - 1) / kThreads;
+          const int i0 = min(n, tid * E), i1 = min(n, i0 + E);
+          int c = 0;
+          for (int i = i0; i < i1; ++i) c += (FIB_KEY(i) == lo);
+          uint64_t tot;
+          const int ex = static_cast<int>(block_excl_scan_u64(static_cast<uint64_t>(c), sh_scratch, &tot));
+          if (ex < take && take <= ex + c) {
+            int need = take - ex;
+            for (int i = i0; i < i1; ++i) {
+              if (FIB_KEY(i) == lo && --need == 0) {
+                sh_cut = i + 1;
+                break;
+              }
+            }
+          }
+          __syncthreads();
+          cut = sh_cut;
+        }
+      }
+    }
+  }
+
+  // ---- 3. min-p
+  if (use_m && wc.kind != 3) {
+    float t = logits ? (wc.kind == 0 ? __fadd_rn(mval, __fmul_rn(T, logf(mp))) : mval) : __fmul_rn(mp, mval);
+    uint32_t tk = f2key(t);
+    if (tk > lo) {
+      lo = tk;
+      cut = 0x7fffffff;
+    }
+  }
+
+  // ---- 4. top-p on mass
+  if (use_p && wc.kind != 3) {
+    uint32_t prefix = 0, mask = 0;
+    uint64_t H = 0, target = 0;
+    bool ok = true;
+    for (int pass = 0; pass < 3 && ok; ++pass) {
+      const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
+      const uint32_t dmask = pass == 2 ? 0x3ffu : 0x7ffu;
+      uint64_t* ms = hist + (stage & 1) * kBins;
+      ++stage;
+      for (int b = tid; b < kBins; b += kThreads) ms[b] = 0ull;
+      __syncthreads();
+      uint64_t wall = 0;
+      const bool all_pass = (pass == 0 && p.joint);
+      for (int i = tid; i < n; i += kThreads) {
+        uint32_t key = FIB_KEY(i);
+        bool kp = kept_pred(key, i, lo, cut);
+        if (all_pass) {
+          uint64_t w = weight_of(key, wc);
+          wall += w;
+          if (kp && w) atomicAdd(reinterpret_cast<unsigned long long*>(&ms[key >> 21]), static_cast<unsigned long long>(w));
+        } else if (kp && (key & mask) == prefix) {
+          uint64_t w = weight_of(key, wc);
+          if (w) atomicAdd(reinterpret_cast<unsigned long long*>(&ms[(key >> shift) & dmask]), static_cast<unsigned long long>(w));
+        }
+      }
+      if (all_pass) {
+        wall = warp_sum_u64(wall);
+        if (lane == 0) sh_wsum[wid] = wall;
+        __syncthreads();
+        if (tid == 0) {
+          uint64_t s = 0;
+          for (int w = 0; w < kWarps; ++w) s += sh_wsum[w];
+          sh_slot[1] = s;
+        }
+      }
+      cl_sync();
+      uint64_t v[kBinsPerThread];
+      cluster_totals(ms, S, v);
+      if (pass == 0) {
+        uint64_t base;
+        if (p.joint) {
+          if (tid < static_cast<int>(S)) sh_gather[tid] = *cl_remote(&sh_slot[1], tid);
+          __syncthreads();
+          base = 0;
+          for (uint32_t r = 0; r < S; ++r) base += sh_gather[r];
+        } else {
+          uint64_t s = 0;
+#pragma unroll
+          for (int j = 0; j < kBinsPerThread; ++j) s += v[j];
+          block_excl_scan_u64(s, sh_scratch, &base);
+        }
+        double t = ceil(static_cast<double>(tp) * static_cast<double>(base));
+        target = t < 1.0 ? 1ull : static_cast<uint64_t>(t);
+        if (base == 0) {
+          ok = false;
+          break;
+        }
+      }
+      find_bucket(v, target - H, &sh_b, &sh_above, &sh_v, sh_scratch);
+      const int b = sh_b;
+      if (b < 0) {  // the whole region is within the nucleus (only through rounding): keep it
+        ok = false;
+        break;
+      }
+      H += sh_above;
+      prefix |= static_cast<uint32_t>(b) << shift;
+      mask |= dmask << shift;
+    }
+    if (ok && prefix > lo) {
+      lo = prefix;
+      cut = 0x7fffffff;
+    }
+  }
+
+  // ---- 5. output
+  if (p.mode == kMaskLogits) {
+    cl_arrive();
+    char* orow = reinterpret_cast<char*>(p.out_vals) + (static_cast<int64_t>(row) * p.out_stride + start) * ESIZE;
+    for (int i = tid; i < n; i += kThreads) {
+      uint32_t key = FIB_KEY(i);
+      float o = kept_pred(key, i, lo, cut) ? key2f(key) : -INFINITY;
+      if constexpr (DT == kF32) {
+        reinterpret_cast<float*>(orow)[i] = o;
+      } else if constexpr (DT == kBF16) {
+        reinterpret_cast<__nv_bfloat16*>(orow)[i] = __float2bfloat16_rn(o);
+      } else {
+        reinterpret_cast<__half*>(orow)[i] = __float2half_rn(o);
+      }
+    }
+    cl_wait();
+    return;
+  }
+
+  // final kept mass, per warp segment (token order) and per CTA
+  const int SEG = (((n + kWarps - 1) / kWarps) + 31) & ~31;
+  const int w0 = min(n, wid * SEG), w1 = min(n, w0 + SEG);
+  {
+    uint64_t acc = 0;
+    for (int i = w0 + lane; i < w1; i += 32) {
+      uint32_t key = FIB_KEY(i);
+      if (kept_pred(key, i, lo, cut)) acc += weight_of(key, wc);
+    }
+    acc = warp_sum_u64(acc);
+    if (lane == 0) sh_wsum[wid] = acc;
+    __syncthreads();
+    if (tid == 0) {
+      uint64_t s = 0;
+      for (int w = 0; w < kWarps; ++w) s += sh_wsum[w];
+      sh_slot[2] = s;
+    }
+  }
+  cl_sync();
+  if (tid < static_cast<int>(S)) sh_gather[tid] = *cl_remote(&sh_slot[2], tid);
+  __syncthreads();
+  cl_arrive();  // no remote shared-memory access after this point
+  uint64_t base = 0, total = 0;
+  for (uint32_t r = 0; r < S; ++r) {
+    if (r < rank) base += sh_gather[r];
+    total += sh_gather[r];
+  }
+  const uint64_t mine = sh_gather[rank];
+
+  if (p.mode == kRenormProbs) {
+    float* orow = reinterpret_cast<float*>(p.out_vals) + static_cast<int64_t>(row) * p.out_stride + start;
+    const double inv = total ? 1.0 / static_cast<double>(total) : 0.0;
+    for (int i = tid; i < n; i += kThreads) {
+      uint32_t key = FIB_KEY(i);
+      float o = 0.0f;
+      if (kept_pred(key, i, lo, cut)) o = static_cast<float>(static_cast<double>(weight_of(key, wc)) * inv);
+      orow[i] = o;
+    }
+    cl_wait();
+    return;
+  }
+
+  // sample
+  if (total == 0) {
+    if (rank == 0 && tid == 0) p.out_idx[row] = 0;  // degenerate row: no positive weight
+    cl_wait();
+    return;
+  }
+  const uint64_t seed = static_cast<uint64_t>(p.seed_arr ? p.seed_arr[p.seed_per_row ? row : 0] : p.seed_val);
+  const uint64_t offset = static_cast<uint64_t>(p.offset_arr ? p.offset_arr[p.offset_per_row ? row : 0] : p.offset_val);
+  const uint64_t r64 = row_random64(seed, offset, static_cast<uint32_t>(row));
+  const uint64_t tgt = __umul64hi(r64, total);
+  if (tgt >= base && tgt < base + mine) {
+    const uint64_t rel0 = tgt - base;
+    if (tid == 0) {
+      uint64_t acc = 0;
+      int w = 0;
+      for (; w < kWarps - 1; ++w) {
+        if (rel0 < acc + sh_wsum[w]) break;
+        acc += sh_wsum[w];
+      }
+      sh_b = w;
+      sh_above = acc;
+    }
+    __syncthreads();
+    if (wid == sh_b) {
+      const uint64_t rel = rel0 - sh_above;
+      uint64_t run = 0;
+      for (int t0 = w0; t0 < w1; t0 += 32) {
+        const int i = t0 + lane;
+        uint64_t w = 0;
+        if (i < w1) {
+          uint32_t key = FIB_KEY(i);
+          if (kept_pred(key, i, lo, cut)) w = weight_of(key, wc);
+        }
+        uint64_t inc = warp_incl_scan_u64(w, lane);
+        uint64_t tot = __shfl_sync(0xffffffffu, inc, 31);
+        if (run + tot > rel) {
+          unsigned hit = __ballot_sync(0xffffffffu, w > 0 && run + inc > rel && run + inc - w <= rel);
+          if (lane == 0) p.out_idx[row] = start + t0 + (hit ? (__ffs(hit) - 1) : 0);
+          break;
+        }
+        run += tot;
+      }
+    }
+  }
+  cl_wait();
+#undef FIB_KEY
+}
+
+}  // namespace sampling
+}  // namespace fib

@@ -1,0 +1,267 @@
+// fib-runtime sampling family: tvm-ffi bindings and launch logic.
+// Exported functions (see fib_runtime/kernels/sampling.py for the Python API):
+//   sample(...)            -> int64 cluster size used; one launch, no host sync, no allocation
+//   current_stream(t)      -> int64 the stream tvm-ffi hands this library for t's device
+//   launch_config(B, V, dtype_code, cluster) -> "S,chunk,resident,smem"
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/optional.h>
+#include <tvm/ffi/string.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "fib/sampling/sampler.cuh"
+
+using tvm::ffi::Optional;
+using tvm::ffi::TensorView;
+namespace fs = fib::sampling;
+
+namespace {
+
+struct DevInfo {
+  int sms = 0, major = 0, optin = 0;
+  int static_smem[3] = {0, 0, 0};
+};
+constexpr int kMaxDev = 64;
+DevInfo g_dev[kMaxDev];
+std::atomic<bool> g_ready[kMaxDev];
+std::mutex g_mu;
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    TVM_FFI_THROW(RuntimeError) << "fib sampling: " << what << ": " << cudaGetErrorString(e);
+  }
+}
+
+template <int DT>
+void prepare_kernel(DevInfo& d) {
+  cudaFuncAttributes a;
+  check_cuda(cudaFuncGetAttributes(&a, fs::sampler_kernel<DT>), "cudaFuncGetAttributes");
+  d.static_smem[DT] = static_cast<int>(a.sharedSizeBytes);
+  check_cuda(cudaFuncSetAttribute(fs::sampler_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  d.optin - static_cast<int>(a.sharedSizeBytes)),
+             "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  if (d.major >= 9) {
+    check_cuda(cudaFuncSetAttribute(fs::sampler_kernel<DT>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+               "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
+  }
+}
+
+const DevInfo& dev_info(int dev) {
+  if (dev < 0 || dev >= kMaxDev) TVM_FFI_THROW(ValueError) << "fib sampling: device id " << dev << " out of range";
+  if (g_ready[dev].load(std::memory_order_acquire)) return g_dev[dev];
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (!g_ready[dev].load(std::memory_order_relaxed)) {
+    DevInfo& d = g_dev[dev];
+    check_cuda(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev), "device attribute");
+    check_cuda(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev), "device attribute");
+    check_cuda(cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "device attribute");
+    prepare_kernel<fs::kF32>(d);
+    prepare_kernel<fs::kBF16>(d);
+    prepare_kernel<fs::kF16>(d);
+    g_ready[dev].store(true, std::memory_order_release);
+  }
+  return g_dev[dev];
+}
+
+int dtype_code(DLDataType t) {
+  if (t.lanes != 1) return -1;
+  if (t.code == kDLFloat && t.bits == 32) return fs::kF32;
+  if (t.code == kDLBfloat && t.bits == 16) return fs::kBF16;
+  if (t.code == kDLFloat && t.bits == 16) return fs::kF16;
+  return -1;
+}
+
+struct Config {
+  int S, chunk, resident;
+  size_t smem;
+};
+
+constexpr int kHistBytes = 2 * fs::kBins * 8;
+
+Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster) {
+  Config c;
+  int S;
+  if (d.major < 9) {
+    S = 1;
+  } else if (cluster > 0) {
+    S = cluster;
+  } else {
+    // at least ~2 CTAs per SM in flight, slices of at most ~20K keys (2 CTAs per SM fit),
+    // and no slice smaller than 2K tokens
+    const int s_fill = (2 * d.sms + B - 1) / B;
+    const int s_smem = (V + 20479) / 20480;
+    S = s_fill > s_smem ? s_fill : s_smem;
+    const int s_small = V / 2048 > 1 ? V / 2048 : 1;
+    if (S > s_small) S = s_small;
+  }
+  if (S > fs::kMaxCluster) S = fs::kMaxCluster;
+  if (S < 1) S = 1;
+  int chunk = (V + S - 1) / S;
+  chunk = (chunk + 7) & ~7;
+  const int avail = d.optin - d.static_smem[dt] - kHistBytes;
+  c.resident = static_cast<int64_t>(chunk) * 4 <= avail ? 1 : 0;
+  c.S = S;
+  c.chunk = chunk;
+  c.smem = kHistBytes + (c.resident ? static_cast<size_t>(chunk) * 4 : 0);
+  return c;
+}
+
+template <int DT>
+void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t st) {
+  if (d.major >= 9) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(c.S, p.B, 1);
+    cfg.blockDim = dim3(fs::kThreads, 1, 1);
+    cfg.dynamicSmemBytes = c.smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = c.S;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    check_cuda(cudaLaunchKernelEx(&cfg, fs::sampler_kernel<DT>, p), "cudaLaunchKernelEx");
+  } else {
+    fs::sampler_kernel<DT><<<dim3(1, p.B, 1), fs::kThreads, c.smem, st>>>(p);
+    check_cuda(cudaGetLastError(), "kernel launch");
+  }
+}
+
+void* opt_ptr(const Optional<TensorView>& t) {
+  return t.has_value() ? static_cast<char*>(t.value().data_ptr()) + t.value().byte_offset() : nullptr;
+}
+
+void check_param(const Optional<TensorView>& t, int B, const char* name, bool is_int) {
+  if (!t.has_value()) return;
+  const TensorView& v = t.value();
+  if (v.ndim() != 1 || (v.size(0) != B && v.size(0) != 1) || (v.size(0) > 1 && v.stride(0) != 1)) {
+    TVM_FFI_THROW(ValueError) << "fib sampling: " << name << " must be a contiguous 1-D tensor of size B (" << B
+                              << ") or 1";
+  }
+  DLDataType dt = v.dtype();
+  bool ok = is_int ? (dt.code == kDLInt && (dt.bits == 32 || dt.bits == 64)) : (dt.code == kDLFloat && dt.bits == 32);
+  if (!ok) TVM_FFI_THROW(TypeError) << "fib sampling: " << name << (is_int ? " must be int32/int64" : " must be float32");
+  if (v.device().device_type != kDLCUDA) TVM_FFI_THROW(ValueError) << "fib sampling: " << name << " must be on the GPU";
+}
+
+}  // namespace
+
+// mode: 0 sample -> out_idx (int64 [B]); 1 renormalised probs -> out_vals (float32 [B,V]);
+// 2 masked logits -> out_vals (input dtype [B,V]). Parameter tensors are per row ([B]) or
+// broadcast ([1]); a missing tensor uses the scalar. stream < 0: the stream tvm-ffi provides
+// (the caller framework's current stream); otherwise that cudaStream_t.
+int64_t sample(TensorView input, Optional<TensorView> out_idx, Optional<TensorView> out_vals, int64_t mode,
+               int64_t is_logits, Optional<TensorView> top_k, int64_t top_k_val, Optional<TensorView> top_p,
+               double top_p_val, Optional<TensorView> min_p, double min_p_val, Optional<TensorView> temperature,
+               double temp_val, int64_t joint, Optional<TensorView> seed, int64_t seed_val,
+               Optional<TensorView> offset, int64_t offset_val, int64_t cluster, int64_t stream) {
+  if (input.ndim() != 2) TVM_FFI_THROW(ValueError) << "fib sampling: input must be 2-D [B, V]";
+  if (input.device().device_type != kDLCUDA) TVM_FFI_THROW(ValueError) << "fib sampling: input must be a CUDA tensor";
+  const int dt = dtype_code(input.dtype());
+  if (dt < 0) TVM_FFI_THROW(TypeError) << "fib sampling: input dtype must be float32, bfloat16 or float16";
+  if (!is_logits && dt != fs::kF32) TVM_FFI_THROW(TypeError) << "fib sampling: probs must be float32";
+  const int64_t B64 = input.size(0), V64 = input.size(1);
+  if (B64 == 0) return 0;
+  if (V64 < 1 || V64 > (int64_t(1) << 30)) TVM_FFI_THROW(ValueError) << "fib sampling: bad vocabulary size " << V64;
+  if (B64 > 65535) TVM_FFI_THROW(ValueError) << "fib sampling: at most 65535 rows per call";
+  if (input.stride(1) != 1) TVM_FFI_THROW(ValueError) << "fib sampling: rows must be contiguous (stride(1) == 1)";
+  const int B = static_cast<int>(B64), V = static_cast<int>(V64);
+  const int dev = input.device().device_id;
+
+  fs::Params p = {};
+  p.in = static_cast<const char*>(input.data_ptr()) + input.byte_offset();
+  p.in_stride = input.stride(0);
+  p.B = B;
+  p.V = V;
+  p.is_logits = is_logits ? 1 : 0;
+  p.mode = static_cast<int>(mode);
+  p.joint = joint ? 1 : 0;
+  if (mode == fs::kSample) {
+    if (!out_idx.has_value()) TVM_FFI_THROW(ValueError) << "fib sampling: out_idx required";
+    const TensorView& o = out_idx.value();
+    if (o.ndim() != 1 || o.size(0) != B || o.dtype().code != kDLInt || o.dtype().bits != 64 || o.stride(0) != 1)
+      TVM_FFI_THROW(ValueError) << "fib sampling: out_idx must be a contiguous int64 [B] tensor";
+    p.out_idx = reinterpret_cast<int64_t*>(opt_ptr(out_idx));
+  } else if (mode == fs::kRenormProbs || mode == fs::kMaskLogits) {
+    if (!out_vals.has_value()) TVM_FFI_THROW(ValueError) << "fib sampling: out_vals required";
+    const TensorView& o = out_vals.value();
+    const int odt = dtype_code(o.dtype());
+    if (o.ndim() != 2 || o.size(0) != B || o.size(1) != V || o.stride(1) != 1 ||
+        odt != (mode == fs::kRenormProbs ? static_cast<int>(fs::kF32) : dt))
+      TVM_FFI_THROW(ValueError) << "fib sampling: out_vals must be [B, V], rows contiguous, "
+                                << (mode == fs::kRenormProbs ? "float32" : "the input dtype");
+    p.out_vals = opt_ptr(out_vals);
+    p.out_stride = o.stride(0);
+  } else {
+    TVM_FFI_THROW(ValueError) << "fib sampling: bad mode " << mode;
+  }
+  check_param(top_k, B, "top_k", true);
+  check_param(top_p, B, "top_p", false);
+  check_param(min_p, B, "min_p", false);
+  check_param(temperature, B, "temperature", false);
+  check_param(seed, B, "seed", true);
+  check_param(offset, B, "offset", true);
+  auto bcast = [&](const Optional<TensorView>& t) { return t.has_value() && t.value().size(0) == 1 && B > 1; };
+  if (bcast(top_k) || bcast(top_p) || bcast(min_p) || bcast(temperature)) {
+    TVM_FFI_THROW(ValueError) << "fib sampling: top_k/top_p/min_p/temperature tensors must have B entries";
+  }
+  if ((seed.has_value() && seed.value().dtype().bits != 64) || (offset.has_value() && offset.value().dtype().bits != 64))
+    TVM_FFI_THROW(TypeError) << "fib sampling: seed/offset tensors must be int64";
+
+  p.top_k_arr = opt_ptr(top_k);
+  p.top_k_is64 = top_k.has_value() && top_k.value().dtype().bits == 64;
+  p.top_k_val = top_k_val > 0x7fffffff ? 0x7fffffff : static_cast<int>(top_k_val < 0 ? 0 : top_k_val);
+  p.has_topk = top_k.has_value() || (top_k_val > 0 && top_k_val < V);
+  p.top_p_arr = static_cast<const float*>(opt_ptr(top_p));
+  p.top_p_val = static_cast<float>(top_p_val);
+  p.has_topp = top_p.has_value() || top_p_val < 1.0;
+  p.min_p_arr = static_cast<const float*>(opt_ptr(min_p));
+  p.min_p_val = static_cast<float>(min_p_val);
+  p.has_minp = min_p.has_value() || min_p_val > 0.0;
+  p.temp_arr = static_cast<const float*>(opt_ptr(temperature));
+  p.temp_val = static_cast<float>(temp_val);
+  p.seed_arr = static_cast<const int64_t*>(opt_ptr(seed));
+  p.offset_arr = static_cast<const int64_t*>(opt_ptr(offset));
+  p.seed_val = seed_val;
+  p.offset_val = offset_val;
+  p.seed_per_row = seed.has_value() && seed.value().size(0) > 1;
+  p.offset_per_row = offset.has_value() && offset.value().size(0) > 1;
+
+  int cur = -1;
+  check_cuda(cudaGetDevice(&cur), "cudaGetDevice");
+  if (cur != dev) check_cuda(cudaSetDevice(dev), "cudaSetDevice");
+  const DevInfo& d = dev_info(dev);
+  const Config c = choose_config(d, B, V, dt, static_cast<int>(cluster));
+  p.chunk = c.chunk;
+  p.resident = c.resident;
+  cudaStream_t st = stream >= 0 ? reinterpret_cast<cudaStream_t>(stream)
+                                : static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, dev));
+  switch (dt) {
+    case fs::kF32: launch<fs::kF32>(p, c, d, st); break;
+    case fs::kBF16: launch<fs::kBF16>(p, c, d, st); break;
+    default: launch<fs::kF16>(p, c, d, st); break;
+  }
+  if (cur != dev) cudaSetDevice(cur);
+  return c.S;
+}
+
+int64_t current_stream(TensorView t) {
+  return reinterpret_cast<int64_t>(TVMFFIEnvGetStream(t.device().device_type, t.device().device_id));
+}
+
+tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster, int64_t device) {
+  const DevInfo& d = dev_info(static_cast<int>(device));
+  Config c = choose_config(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(dt), static_cast<int>(cluster));
+  return tvm::ffi::String(std::to_string(c.S) + "," + std::to_string(c.chunk) + "," + std::to_string(c.resident) + "," +
+                          std::to_string(c.smem) + "," + std::to_string(d.sms) + "," + std::to_string(d.major));
+}
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(sample, sample);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(current_stream, current_stream);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(launch_config, launch_config);
