@@ -367,3 +367,33 @@ def test_fork_child_gets_a_fresh_writer(root):
     tracer.flush(5)
     sigs = sorted(tuple(Dataset.open(root).workloads_for(NAME)[i].workload.axes.values()) for i in range(3))
     assert sigs == [(1, 1), (2, 1), (3, 1)]
+
+
+def test_token_ids_are_not_dumped_by_the_ints_policy(root):
+    d = {**GATHER, "name": "embed_h16", "inputs": {
+        "x": GATHER["inputs"]["x"], "input_ids": {"shape": ["m"], "dtype": "int64"},
+        "scale": GATHER["inputs"]["scale"]}}
+    d["reference"] = "import torch\n\ndef run(x, input_ids, scale):\n    return x[input_ids] * scale\n"
+    _enable(root)
+    x, idx, s = call(5, 3)
+    assert tracer.record(d, (x, idx, s))
+    tracer.flush(5)
+    wl = Dataset.open(root).workloads_for("embed_h16")[0].workload
+    assert wl.inputs["input_ids"].type == "random"      # user content stays out of the dataset
+    assert not list(root.rglob("*.safetensors"))
+
+
+def test_export_env_reaches_child_configuration(root, monkeypatch):
+    from fib_runtime.tracer.config import build_config
+
+    import os
+
+    # export_env writes os.environ: give it a private copy, restored after the test
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.startswith("FIB_")})
+    pol = Policy(dump=["x", "idx"], keep_first_k=3, keep_per_bucket=None)
+    t = tracer.enable(root, definitions=["gather_*"], default_policy=pol, rate_limit=7.0,
+                      max_bytes=12345, ranks="local0", export_env=True)
+    child = build_config()  # what a spawned worker builds from its environment
+    assert tracer.config.tracing_requested()
+    for f in ("dataset_path", "definitions", "default_policy", "rate_limit", "max_bytes", "ranks"):
+        assert getattr(child, f) == getattr(t.config, f), f

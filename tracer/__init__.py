@@ -50,7 +50,7 @@ from typing import Any, Dict, Optional, Union
 
 from fib_runtime.schema import Definition, parse
 
-from .config import Policy, TraceConfig, build_config, tracing_requested
+from .config import Policy, TraceConfig, build_config, export_to_env, tracing_requested
 from .runtime import REASONS, Tracer, bucket_of
 
 __all__ = [
@@ -131,7 +131,7 @@ def enable(dataset_path: Optional[Union[str, os.PathLike]] = None, definitions=N
         policies: ``{name or glob: Policy | "ints" | "all" | "none" | [input names] | dict}``.
         **options: any :class:`TraceConfig` field (``default_policy``, ``rate_limit``, ``burst``,
             ``max_bytes``, ``queue_size``, ``max_pending_bytes``, ``ranks``,
-            ``write_definitions``, ``install_signal_handler``, ``flush_timeout``); unset ones
+            ``write_definitions``, ``install_signal_handler``, ``flush_timeout``, ``export_env``); unset ones
             come from ``FIB_TRACE_*``, then the defaults.
 
     Returns the :class:`Tracer` (its ``stats()``, ``flush()`` work as the module functions).
@@ -148,6 +148,8 @@ def enable(dataset_path: Optional[Union[str, os.PathLike]] = None, definitions=N
             os.makedirs(os.path.join(cfg.dataset_path, sub), exist_ok=True)
         t = Tracer(cfg, _REGISTRY)
         _install_hooks(cfg)
+        if cfg.export_env:
+            export_to_env(cfg)
         _TRACER = t
     return t
 

@@ -17,8 +17,11 @@ written as ``scalar`` values and var-axis values are always written):
 ``"ints"`` (default)
     integer and bool tensors (indptr, indices, top_k, seeds) go to a safetensors blob, float
     activations are ``random`` -- the public dataset's policy (``scripts/sanitize_dumps.py``).
+    Integer inputs that carry user content (token ids: ``input_ids``, ``*token_ids``, see
+    ``runtime.CONTENT_INPUTS``) are *not* dumped: they are ``random``.
 ``"all"``
-    every tensor goes to the blob (large: a 128k-vocab probs row is 512 kB in float32).
+    every tensor goes to the blob (large: a 128k-vocab probs row is 512 kB in float32). Float
+    activations and token ids derive from what users sent: opt in knowingly.
 ``"none"``
     every tensor is ``random``. Integer tensors recorded this way cannot be replayed (the
     benchmark refuses random indices), so use it only for float-only definitions.
@@ -113,6 +116,9 @@ class TraceConfig:
         install_signal_handler: flush on SIGTERM (main thread only; the previous handler is
             chained).
         flush_timeout: seconds a flush (exit, SIGTERM, :func:`flush`) waits for the writer.
+        export_env: also write the settings into ``os.environ`` (``FIB_ENABLE_TRACING=1``,
+            ``FIB_TRACE_*``) so that worker processes spawned later (vLLM's, SGLang's) trace
+            the same way; per-definition ``policies`` cannot be expressed there and stay local.
     """
 
     dataset_path: str = ""
@@ -128,6 +134,7 @@ class TraceConfig:
     write_definitions: bool = True
     install_signal_handler: bool = True
     flush_timeout: float = 10.0
+    export_env: bool = False
 
     def selected(self, name: str) -> bool:
         if self.definitions is None:
@@ -221,6 +228,27 @@ def rank_records(spec: str, rank: int, local_rank: int) -> bool:
         n = max(1, int(s.split(":", 1)[1]))
         return rank % n == 0
     return rank in {int(x) for x in s.split(",") if x.strip()}
+
+
+def export_to_env(cfg: TraceConfig) -> None:
+    """Write ``cfg`` (less its per-definition policies) as ``FIB_*`` variables for child processes."""
+    p = cfg.default_policy
+    env = {
+        "FIB_ENABLE_TRACING": "1",
+        "FIB_TRACE_PATH": cfg.dataset_path,
+        "FIB_TRACE_DEFINITIONS": ",".join(cfg.definitions or ()),
+        "FIB_TRACE_DUMP": p.dump if isinstance(p.dump, str) else ",".join(p.dump),
+        "FIB_TRACE_KEEP_FIRST_K": str(p.keep_first_k),
+        "FIB_TRACE_KEEP_PER_BUCKET": str(p.keep_per_bucket or 0),
+        "FIB_TRACE_RATE": str(cfg.rate_limit or 0),
+        "FIB_TRACE_MAX_BYTES": str(cfg.max_bytes or 0),
+        "FIB_TRACE_RANKS": cfg.ranks,
+    }
+    for k, v in env.items():
+        if v == "" and k == "FIB_TRACE_DEFINITIONS":
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def build_config(dataset_path=None, definitions=None, policies=None, **options) -> TraceConfig:

@@ -33,6 +33,8 @@ import time
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Tuple
 
+import torch
+
 from fib_runtime.schema import Definition, parse
 
 from . import _metrics
@@ -47,6 +49,15 @@ REASONS = ("dedup", "bucket", "definition_cap", "cuda_graph_capture", "compiling
 _CLOSED_MAX = 1 << 16  # signatures remembered per definition as "decided"; beyond, re-derived
 
 _INT_DTYPES = ("int64", "int32", "int16", "int8", "bool", "uint8", "uint32")
+#: integer inputs that carry what users wrote (token ids), never dumped by the ``ints`` policy:
+#: they are recorded as ``random`` unless a policy names them or asks for ``all``.
+CONTENT_INPUTS = ("input_ids", "token_ids", "tokens", "prompt_token_ids", "output_token_ids",
+                  "prompt_tokens", "output_tokens")
+
+
+def _is_content(name: str) -> bool:
+    n = name.lower()
+    return n in CONTENT_INPUTS or n.endswith("token_ids")
 
 
 def bucket_of(sig: Tuple[int, ...]) -> Tuple[int, ...]:
@@ -123,7 +134,7 @@ class DefState:
             elif dump == "none":
                 dmp = False
             elif dump == "ints":
-                dmp = spec.dtype in _INT_DTYPES
+                dmp = spec.dtype in _INT_DTYPES and not _is_content(tname)
             else:
                 dmp = tname in dump
             try:
@@ -168,6 +179,13 @@ class Tracer:
         self.muted = False  # True once this rank is known not to record
         self._rank_final = False
         self._rank_ok = True
+        self._rank_env: Optional[bool] = None  # the environment's answer, before distributed init
+        try:
+            import torch.distributed as dist
+
+            self._dist = dist if dist.is_available() else None
+        except Exception:
+            self._dist = None
         self._tokens = float(config.burst)
         self._t_last = time.monotonic()
 
@@ -260,28 +278,32 @@ class Tracer:
     # ---- decisions for an open signature ---------------------------------------------------
     def _capturing(self) -> bool:
         try:
-            import torch
-
             return bool(torch.cuda.is_current_stream_capturing())
         except Exception:  # CPU-only build: no capture possible
             return False
 
     def _compiling(self) -> bool:
         try:
-            import torch
-
             return bool(torch.compiler.is_compiling())
         except Exception:
             return False
 
     def _check_rank(self) -> bool:
+        """Whether this process records. The environment's answer is computed once; once
+        ``torch.distributed`` is initialised its rank is final (and a non-recording rank is
+        muted: later calls stop before the signature)."""
         if self._rank_final:
             return self._rank_ok
+        dist = self._dist
+        if self._rank_env is not None and not dist.is_initialized():
+            return self._rank_env
         r, lr, final = current_rank()
         self._rank_ok = rank_records(self.config.ranks, r, lr)
-        if final:
+        if final or dist is None:  # no torch.distributed: the environment is all there is
             self._rank_final = True
             self.muted = not self._rank_ok
+        else:
+            self._rank_env = self._rank_ok
         return self._rank_ok
 
     def _close(self, st: DefState, sig, reason: str) -> None:
@@ -358,8 +380,6 @@ class Tracer:
 
     def _prepare(self, st: DefState, sig, inputs):
         """Check the call against the definition; ``(axes, estimated bytes)`` or None."""
-        import torch
-
         by_name = type(inputs) is dict
         get = inputs.get if by_name else (lambda i: inputs[i] if i < len(inputs) else None)
         for tname, i, d, val in st.const_checks:
@@ -397,8 +417,6 @@ class Tracer:
 
     def _copy(self, st: DefState, axes, inputs, est) -> Entry:
         """Host copies of the dumped tensors (non-blocking for CUDA) and the storage plan."""
-        import torch
-
         by_name = type(inputs) is dict
         items = []
         events = {}
@@ -502,6 +520,7 @@ class Tracer:
         until it keeps a call; its byte cap and counters start from zero."""
         self._init_process_state()
         self._rank_final = False
+        self._rank_env = None
         self.muted = False
 
 
@@ -515,8 +534,6 @@ def _numel(st: DefState, p: _Plan, axes) -> int:
 
 def _host(t, events: dict):
     """A host copy of ``t`` that the writer can read once ``events`` have completed."""
-    import torch
-
     t = t.detach()
     dev = t.device
     if dev.type == "cpu":
