@@ -22,6 +22,8 @@ _LOCK = threading.Lock()
 
 
 def compile_reference(definition: Definition) -> Callable:
+    if definition.reference is None:  # FlashInfer-dialect definitions may have none
+        raise SchemaError(f"definition {definition.name} has no reference")
     key = hashlib.sha1(definition.reference.encode()).hexdigest()
     fn = _CACHE.get(key)
     if fn is not None:

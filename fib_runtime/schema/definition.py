@@ -10,15 +10,20 @@ Field names, defaults and JSON spelling follow flashinfer-bench 0.1.2
 
 Rules checked on read (``fib`` dialect): every axis named in a shape is declared; a const axis
 has a value; a var axis appears in some tensor shape; input and output names do not overlap;
-``reference`` parses and defines a top-level ``def run``; each constraint is a Python
-expression. The ``flashinfer`` dialect (FlashInfer 0.7's ``flashinfer.trace`` output) relaxes
-the last three and accepts its extra dtypes; its extra keys (``optional``, ``param``,
-``check``, ``init``) are kept and written back.
+``reference`` is present, parses and defines a top-level ``def run``; dtypes come from
+:data:`DTYPES`; each constraint is a Python expression. The ``flashinfer`` dialect (what
+FlashInfer 0.7.2's ``flashinfer.trace`` writes; checked against all 201 templates it ships)
+keeps only what FlashInfer itself guarantees: const axes may lack a value, shapes may name
+undeclared (derived) axes, var axes may be bound from scalars, inputs and outputs may share a
+name, the reference may be missing or use its own function name, and any dtype word is accepted
+(``unknown``, ``float8_e8m0fnu``...). Its extra keys (``optional``, ``param``, ``check``,
+``init``) are kept and written back.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from functools import cached_property
 from typing import Annotated, Dict, List, Literal, Optional, Tuple, Union
 
@@ -37,6 +42,7 @@ FLASHINFER_EXTRA_DTYPES: Tuple[str, ...] = (
 )
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+_DTYPE_WORD = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class AxisConst(TraceModel):
@@ -73,9 +79,14 @@ class TensorSpec(TraceModel):
     @field_validator("dtype")
     @classmethod
     def _known_dtype(cls, v: str, info: ValidationInfo) -> str:
-        allowed = DTYPES if dialect_of(info) == "fib" else DTYPES + FLASHINFER_EXTRA_DTYPES
-        if v not in allowed:
-            raise ValueError(f"unknown dtype {v!r} (expected one of: {', '.join(allowed)})")
+        if dialect_of(info) == "fib":
+            if v not in DTYPES:
+                raise ValueError(f"unknown dtype {v!r} (expected one of: {', '.join(DTYPES)})")
+        elif not _DTYPE_WORD.match(v):
+            # FlashInfer writes whatever torch calls the dtype (float8_e8m0fnu, uint16...) or
+            # what a template declares ("unknown", "str"): any lower-case word is accepted.
+            raise ValueError(f"bad dtype {v!r} (expected a dtype name such as "
+                             f"{', '.join(FLASHINFER_EXTRA_DTYPES[:3])})")
         return v
 
     @property
@@ -91,7 +102,7 @@ class Definition(TraceModel):
     axes: Dict[str, Axis]
     inputs: Dict[str, TensorSpec]
     outputs: Dict[str, TensorSpec]
-    reference: NonEmptyStr
+    reference: Optional[NonEmptyStr] = None  # required in the fib dialect
     tags: List[str] = Field(default_factory=list)
     description: Optional[str] = None
     constraints: List[str] = Field(default_factory=list)
@@ -99,20 +110,24 @@ class Definition(TraceModel):
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo):
         fib = dialect_of(info) == "fib"
-        for kind, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
-            for tname, spec in specs.items():
-                for ax in spec.shape or ():
-                    if ax not in self.axes:
-                        raise ValueError(f"{kind}.{tname}.shape: names undefined axis {ax!r}")
+        # FlashInfer 0.7 templates may name axes they do not declare (derived sizes such as
+        # K_div_2), declare var axes bound from scalar parameters, and omit the reference:
+        # the flashinfer dialect accepts all three (see undeclared_axes / unbound_var_axes).
         if fib:
+            for kind, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
+                for tname, spec in specs.items():
+                    for ax in spec.shape or ():
+                        if ax not in self.axes:
+                            raise ValueError(f"{kind}.{tname}.shape: names undefined axis {ax!r}")
             overlap = sorted(set(self.inputs) & set(self.outputs))
             if overlap:
                 raise ValueError(f"outputs: input and output names overlap: {', '.join(overlap)}")
-        used = {ax for s in list(self.inputs.values()) + list(self.outputs.values())
-                for ax in (s.shape or ())}
-        for ax, spec in self.axes.items():
-            if isinstance(spec, AxisVar) and ax not in used:
+            for ax in self.unbound_var_axes:
                 raise ValueError(f"axes.{ax}: var axis is never bound (no tensor shape uses it)")
+            if self.reference is None:
+                raise ValueError("reference: required field is missing")
+        if self.reference is None:
+            return self._check_constraints()
         try:
             tree = ast.parse(self.reference)
         except SyntaxError as e:
@@ -120,6 +135,9 @@ class Definition(TraceModel):
         funcs = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         if "run" not in funcs and (fib or not funcs):
             raise ValueError("reference: must define a top-level function 'run'")
+        return self._check_constraints()
+
+    def _check_constraints(self):
         for i, c in enumerate(self.constraints):
             try:
                 ast.parse(c, mode="eval")
@@ -140,9 +158,23 @@ class Definition(TraceModel):
     def const_value(self, axis: str) -> int:
         return self.const_axes[axis]
 
+    @property
+    def undeclared_axes(self) -> Tuple[str, ...]:
+        """Axes named in some shape but not declared (only possible in the flashinfer dialect)."""
+        seen = {ax for s in list(self.inputs.values()) + list(self.outputs.values()) for ax in (s.shape or ())}
+        return tuple(sorted(seen - set(self.axes)))
+
+    @property
+    def unbound_var_axes(self) -> Tuple[str, ...]:
+        """Var axes no tensor shape uses (only possible in the flashinfer dialect)."""
+        used = {ax for s in list(self.inputs.values()) + list(self.outputs.values()) for ax in (s.shape or ())}
+        return tuple(ax for ax, a in self.axes.items() if isinstance(a, AxisVar) and ax not in used)
+
     @cached_property
-    def reference_entry(self) -> str:
-        """Name of the reference's entry function (``run``, or FlashInfer's own name)."""
+    def reference_entry(self) -> Optional[str]:
+        """Name of the reference's entry function (``run``, or FlashInfer's own name); None without one."""
+        if self.reference is None:
+            return None
         tree = ast.parse(self.reference)
         funcs = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         return "run" if "run" in funcs else funcs[-1]

@@ -81,6 +81,7 @@ class BuildSpec(TraceModel):
         if (dialect_of(info) == "flashinfer" and isinstance(data, dict)
                 and "destination_passing_style" not in data):
             obj.destination_passing_style = False
+            obj.__pydantic_fields_set__.discard("destination_passing_style")  # still unset: lossless
         return obj
 
     @property
