@@ -17,7 +17,9 @@ written as ``scalar`` values and var-axis values are always written):
 ``"ints"`` (default)
     integer and bool tensors (indptr, indices, top_k, seeds) go to a safetensors blob, float
     activations are ``random`` -- the public dataset's policy (``scripts/sanitize_dumps.py``).
-    Integer inputs that carry user content (token ids: ``input_ids``, ``*token_ids``, see
+    Sampling definitions' per-row float parameters (``top_p``, ``min_p``, ``temperature``, a
+    few bytes each) are dumped too: their real values (``top_p=1`` disables top-p) decide the
+    kernel's path. Integer inputs that carry user content (token ids: ``input_ids``, ``*token_ids``, see
     ``runtime.CONTENT_INPUTS``) are *not* dumped: they are ``random``.
 ``"all"``
     every tensor goes to the blob (large: a 128k-vocab probs row is 512 kB in float32). Float

@@ -55,6 +55,12 @@ CONTENT_INPUTS = ("input_ids", "token_ids", "tokens", "prompt_token_ids", "outpu
                   "prompt_tokens", "output_tokens")
 
 
+#: per-row float parameters of sampling definitions, dumped by the ``ints`` policy too: they are
+#: ``[batch_size]`` (a few bytes), and their real values decide the kernel's path (``top_p=1``
+#: disables top-p), which random draws in the valid range never reproduce.
+SAMPLING_PARAMS = ("top_p", "min_p", "temperature")
+
+
 def _is_content(name: str) -> bool:
     n = name.lower()
     return n in CONTENT_INPUTS or n.endswith("token_ids")
@@ -134,7 +140,8 @@ class DefState:
             elif dump == "none":
                 dmp = False
             elif dump == "ints":
-                dmp = spec.dtype in _INT_DTYPES and not _is_content(tname)
+                dmp = ((spec.dtype in _INT_DTYPES and not _is_content(tname))
+                       or (defn.op_type == "sampling" and tname in SAMPLING_PARAMS))
             else:
                 dmp = tname in dump
             try:
