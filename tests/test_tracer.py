@@ -397,3 +397,15 @@ def test_export_env_reaches_child_configuration(root, monkeypatch):
     assert tracer.config.tracing_requested()
     for f in ("dataset_path", "definitions", "default_policy", "rate_limit", "max_bytes", "ranks"):
         assert getattr(child, f) == getattr(t.config, f), f
+
+
+def test_record_never_raises(root):
+    _enable(root)
+    bad = {"name": "broken", "op_type": "x", "axes": {}, "inputs": {}, "outputs": {}, "reference": "nope("}
+    assert tracer.record(bad, ()) is False               # invalid definition dict
+    assert tracer.record({"no": "name"}, ()) is False    # no name
+    assert tracer.record(object(), ()) is False          # not a definition at all
+    assert tracer.record(GATHER, None) is False          # no inputs
+    assert tracer.record(GATHER, {"x": "not a tensor", "idx": 3, "scale": 1.0}) is False
+    d = tracer.stats()["dropped"]
+    assert d.get("error", 0) == 3 and d.get("mismatch", 0) == 2

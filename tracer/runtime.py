@@ -182,6 +182,7 @@ class Tracer:
         self.config = config
         self._registry = registry
         self._defs: Dict[str, DefState] = {}
+        self._warned: set = set()
         self._init_process_state()
         self.muted = False  # True once this rank is known not to record
         self._rank_final = False
@@ -214,35 +215,40 @@ class Tracer:
     # ---- hot path ----------------------------------------------------------------------------
     def record(self, definition, inputs) -> bool:
         """Consider one call; True when it was queued for writing. Never raises."""
-        t = type(definition)
-        name = definition if t is str else (definition["name"] if t is dict else definition.name)
-        st = self._defs.get(name)
-        if st is None:
-            st = self._new_state(name, definition)
-        if not st.selected:
-            if st.defn is None:
-                self.drops["unknown_definition"] += 1
-            return False
-        if self.muted:
-            self.drops["rank"] += 1
-            return False
         try:
-            sig = st.sig_dict(inputs) if type(inputs) is dict else st.sig_tuple(inputs)
-        except Exception:
-            try:
-                sig = st.slow_sig(inputs)
-            except Exception:
-                self.drops["mismatch"] += 1
+            t = type(definition)
+            name = definition if t is str else (definition["name"] if t is dict else definition.name)
+            st = self._defs.get(name)
+            if st is None:
+                st = self._new_state(name, definition)
+            if not st.selected:
+                if st.defn is None:
+                    self.drops["unknown_definition"] += 1
                 return False
-        reason = st.closed.get(sig)
-        if reason is not None:
-            self.drops[reason] += 1
-            return False
-        try:
+            if self.muted:
+                self.drops["rank"] += 1
+                return False
+            try:
+                sig = st.sig_dict(inputs) if type(inputs) is dict else st.sig_tuple(inputs)
+            except Exception:
+                try:
+                    sig = st.slow_sig(inputs)
+                except Exception:
+                    self.drops["mismatch"] += 1
+                    return False
+            reason = st.closed.get(sig)
+            if reason is not None:
+                self.drops[reason] += 1
+                return False
             return self._admit(st, sig, inputs)
         except Exception:
             self.drops["error"] += 1
-            log.warning("fib-runtime tracer: recording %s failed", name, exc_info=True)
+            key = getattr(definition, "name", None) or (definition.get("name") if isinstance(definition, dict)
+                                                        else str(definition))
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning("fib-runtime tracer: recording %s failed (further failures are only "
+                            "counted)", key, exc_info=True)
             return False
 
     # ---- definitions ---------------------------------------------------------------------------
@@ -529,6 +535,7 @@ class Tracer:
         self._rank_final = False
         self._rank_env = None
         self.muted = False
+        _metrics._LOCK = threading.Lock()  # the parent's writer may have held it at fork time
 
 
 def _numel(st: DefState, p: _Plan, axes) -> int:
