@@ -25,6 +25,8 @@ from typing import Any, Dict, Optional, Union
 from .errors import InputError
 from .schema import Definition, RandomInput, SafetensorsInput, ScalarInput, Workload
 
+_LFS_MAGIC = b"version https://git-lfs"
+
 SAMPLING_PARAM_RANGES = {
     "top_p": (0.1, 1.0), "min_p": (0.0, 0.5), "temperature": (0.5, 1.5),
 }
@@ -122,10 +124,13 @@ def _load_blob(definition, name, spec, shape, src: SafetensorsInput, root, devic
     if not path.is_file():
         raise InputError(f"missing blob file {src.path!r} (input {name!r} of {definition.name})")
     with open(path, "rb") as f:
-        if f.read(24) == b"version https://git-lfs":
+        if f.read(len(_LFS_MAGIC)) == _LFS_MAGIC:
             raise InputError(f"blob {src.path!r} is a Git LFS pointer: run git lfs pull --include {src.path!r}")
     if path not in cache:
-        cache[path] = load_file(str(path))
+        try:
+            cache[path] = load_file(str(path))
+        except Exception as e:  # corrupt or truncated file: a user error, not a crash
+            raise InputError(f"cannot read blob {src.path!r}: {type(e).__name__}: {e}") from None
     tensors = cache[path]
     if src.tensor_key not in tensors:
         raise InputError(f"blob {src.path!r} has no tensor {src.tensor_key!r} (has: {', '.join(tensors)})")

@@ -125,13 +125,24 @@ def cmd_validate(args) -> int:
 
 def _kind(message: str) -> str:
     """A short name for a problem, for the summary line (``missing blob``, ``bad JSON``...)."""
-    for key in ("missing blob", "Git LFS pointer", "escapes the dataset root", "bad JSON",
-                "unknown dtype", "undefined axis", "never bound", "duplicate", "required field",
-                "unknown definition", "is not bound"):
+    for key, label in _KINDS:
         if key in message:
-            return {"Git LFS pointer": "LFS pointer", "escapes the dataset root": "blob escape",
-                    "is not bound": "unbound var axis"}.get(key, key)
+            return label
     return "other"
+
+
+_KINDS = (
+    ("missing blob", "missing blob"), ("Git LFS pointer", "LFS pointer"),
+    ("escapes the dataset root", "blob escape"), ("bad JSON", "bad JSON"),
+    ("unknown dtype", "unknown dtype"), ("undefined axis", "undefined axis"),
+    ("never bound", "unbound var axis"), ("is not bound", "unbound var axis"),
+    ("no 'value'", "const axis without value"), ("duplicate", "duplicate"),
+    ("required field", "missing field"), ("unknown definition", "unknown definition"),
+    ("function 'run'", "reference without run"), ("names overlap", "input/output overlap"),
+    ("unknown language", "unknown language"), ("source path", "unsafe source path"),
+    ("content is empty", "empty source"), ("requires", "evaluation status rule"),
+    ("must not have", "evaluation status rule"), ("must have neither", "evaluation status rule"),
+)
 
 
 # ---- list -------------------------------------------------------------------------------------
