@@ -78,7 +78,7 @@ def snapshot(device_label: str) -> Dict[str, object]:
         if drv:
             libs["driver"] = drv
     else:
-        hardware = _cpu_name()
+        hardware = f"CPU ({_cpu_name()})"  # hardware class 'CPU' for the dispatcher
     for name in ("triton", "flashinfer"):
         if name in sys.modules or _version(name) or _version(name + "-python"):
             v = _module_version(name) or _version(name) or _version(name + "-python")

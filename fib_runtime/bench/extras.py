@@ -12,9 +12,9 @@
   returning python source with a ``run`` (e.g. wrappers that must ``plan``), used first.
 - **Reference** (author ``reference``): the definition's own ``reference`` source as a solution,
   so the report has its row next to the others.
-- **Built-in kernels** (author ``fib-runtime``): from the dispatcher
-  (``fib_runtime.solutions.builtin_solutions()``) when it has them, else built here from
-  ``fib_runtime.kernels.builtin_table`` (one-line python sources importing the callable).
+- **Built-in kernels** (author ``fib-runtime``): the dispatcher's
+  :func:`fib_runtime.solutions.builtin.for_definition` (one-line python sources importing each
+  callable of ``fib_runtime.kernels.builtin_table``), benchmarked like any other solution.
 """
 
 from __future__ import annotations
@@ -198,33 +198,15 @@ def reference_solution(definition) -> Solution:
 
 
 def builtin_solutions(definitions) -> List[Solution]:
-    """Solutions of our precompiled kernels for the given definitions."""
-    names = {d.name: d for d in definitions}
+    """Solutions of our precompiled kernels (the dispatcher's built-in list) for ``definitions``."""
     try:
-        import fib_runtime.solutions as sols
-
-        fn = getattr(sols, "builtin_solutions", None)
-        if callable(fn):
-            out = []
-            for s in fn():
-                if s.definition in names:
-                    out.append(s)
-            return out
-    except Exception:
-        pass
-    try:
-        from fib_runtime.kernels import builtin_table
+        from fib_runtime.solutions import builtin
     except Exception:
         return []
-    entries = getattr(builtin_table, "BUILTINS", None) or getattr(builtin_table, "ENTRIES", None) or []
     out = []
-    for e in entries:
-        prefix = getattr(e, "definition_prefix", "")
-        path = getattr(e, "callable_path", "")
-        mod, _, attr = path.replace(":", ".").rpartition(".")
-        for d in definitions:
-            if d.name.startswith(prefix) and mod:
-                src = f"from {mod} import {attr} as run\n"
-                out.append(_solution(f"fib_{attr}_{d.name}", d, "fib-runtime", src,
-                                     getattr(e, "description", "") or f"built-in kernel {path}"))
+    for d in definitions:
+        try:
+            out += [s for s, _supports in builtin.for_definition(d.name)]
+        except Exception:
+            continue
     return out

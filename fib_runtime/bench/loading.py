@@ -1,9 +1,9 @@
 """Turn a Solution into a callable inside a benchmark worker.
 
-The dispatcher's solution loader (``fib_runtime.solutions``: python, triton, cuda/cpp, built-in
-kernels) is used when it is present; until then, and for python solutions it cannot load, a
-minimal python-source loader here writes the sources into a cache folder keyed by the content
-hash and imports the entry file (its folder on ``sys.path`` so sibling sources import).
+The dispatcher's solution loader (:func:`fib_runtime.solutions.load_solution`: python, triton,
+cuda/cpp) does the work. A minimal python-source loader here (sources in a cache folder keyed by
+the content hash, entry file imported from it) is the fallback when that package cannot be
+imported, or when ``FIB_BENCH_OWN_LOADER=1``.
 
 Any exception while loading/building is a ``COMPILE_ERROR`` for the runner.
 
@@ -31,14 +31,10 @@ def cache_dir() -> Path:
 
 def _dispatcher_loader() -> Optional[Callable]:
     try:
-        import fib_runtime.solutions as sols
+        from fib_runtime.solutions import load_solution
     except Exception:
         return None
-    for name in ("load_solution", "load", "build_solution", "build"):
-        fn = getattr(sols, name, None)
-        if callable(fn):
-            return fn
-    return None
+    return load_solution
 
 
 def load_python_source(solution) -> Callable:
@@ -78,31 +74,32 @@ def load(solution, device: str = "cpu") -> Callable:
     fn = _CACHE.get(key)
     if fn is not None:
         return fn
-    fn = None
-    if solution.spec.language != "python" or os.environ.get("FIB_BENCH_DISPATCHER_LOADER") == "1":
-        loader = _dispatcher_loader()
-        if loader is None:
-            raise RuntimeError(f"no loader for language {solution.spec.language!r} "
-                               f"(fib_runtime.solutions is not available)")
-        fn = _call_loader(loader, solution, device)
-    else:
+    loader = None if os.environ.get("FIB_BENCH_OWN_LOADER") == "1" else _dispatcher_loader()
+    if loader is not None:
+        fn = loader(solution).fn
+        if not hasattr(fn, "fib_prepare"):
+            mod = sys.modules.get(getattr(fn, "__module__", "") or "")
+            prep = getattr(mod, solution.spec.entry_function + "_prepare", None) if mod else None
+            if callable(prep):
+                fn = _with_prepare(fn, prep)
+    elif solution.spec.language == "python":
         fn = load_python_source(solution)
+    else:
+        raise RuntimeError(f"no loader for language {solution.spec.language!r} "
+                           f"(fib_runtime.solutions is not available)")
     _CACHE[key] = fn
     return fn
 
 
-def _call_loader(loader, solution, device):
+def _with_prepare(fn, prep):
     try:
-        obj = loader(solution, device=device)
-    except TypeError:
-        obj = loader(solution)
-    for attr in ("fn", "callable", "run", "__call__"):
-        if attr == "__call__" and callable(obj):
-            return obj
-        f = getattr(obj, attr, None)
-        if callable(f):
-            return f
-    raise TypeError(f"loader returned {type(obj).__name__}, not a callable")
+        fn.fib_prepare = prep
+        return fn
+    except (AttributeError, TypeError):
+        def run(*args):
+            return fn(*args)
+        run.fib_prepare = prep
+        return run
 
 
 def prepared(fn: Callable, args) -> Callable:
