@@ -20,7 +20,7 @@ from fib_runtime.inputs import materialize
 from fib_runtime.reference import compile_reference, outputs_tuple
 from fib_runtime.schema import Definition, SafetensorsInput, ScalarInput
 from fib_runtime.store import Dataset
-from fib_runtime.tracer import Policy, _metrics
+from fib_runtime.tracer import Policy
 from fib_runtime.tracer import writer as writer_mod
 
 GATHER = {
@@ -199,11 +199,14 @@ def test_keep_first_k_per_signature(root):
 
 def test_keep_per_bucket_and_definition_cap(root):
     _enable(root, default_policy=Policy(keep_first_k=1, keep_per_bucket=1, max_workloads=3))
-    # n in (5..8) all fall in bucket 8 (m fixed at 1)
-    kept = [tracer.record(GATHER, call(n, 1)) for n in (5, 6, 7, 8)]
+    # n in 4..7 share the dispatcher's bucket 3 (m fixed at 1)
+    kept = [tracer.record(GATHER, call(n, 1)) for n in (4, 5, 6, 7)]
     assert kept == [True, False, False, False]
     assert tracer.stats()["dropped"] == {"bucket": 3}
-    assert tracer.bucket_of((5, 1)) == (8, 1) and tracer.bucket_of((0, 9)) == (0, 16)
+    from fib_runtime.dispatch.table import bucket_of
+
+    assert tracer.bucket_of is bucket_of                 # the dispatcher's buckets, not a copy
+    assert tracer.bucket_of((5, 1)) == (3, 1) and tracer.bucket_of((0, 8)) == (0, 4)
     kept = [tracer.record(GATHER, call(n, 1)) for n in (16, 32, 64, 128)]
     assert kept == [True, True, False, False]          # 3 per definition
     tracer.flush(5)
@@ -325,16 +328,30 @@ def test_disabled_record_is_a_noop(root):
 
 
 def test_metrics_are_pushed(root):
-    before = dict(_metrics.COUNTERS)
-    _enable(root)
-    tracer.record(GATHER, call(3, 1))
-    tracer.record(GATHER, call(3, 1))
-    tracer.flush(5)
-    if _metrics._backend() is None:
-        c = _metrics.COUNTERS
-        assert c[("records", NAME)] - before.get(("records", NAME), 0) == 1
-        assert c[("dropped", "dedup")] - before.get(("dropped", "dedup"), 0) == 1
-        assert c[("bytes", "")] - before.get(("bytes", ""), 0) == tracer.stats()["bytes"]
+    from prometheus_client import CollectorRegistry
+
+    from fib_runtime import metrics
+
+    reg = CollectorRegistry()
+    metrics.reset()
+    metrics.configure(registry=reg, enabled=True)
+    try:
+        _enable(root)
+        tracer.record(GATHER, call(3, 1))
+        tracer.record(GATHER, call(3, 1))
+        tracer.record(GATHER, call(3, 2, dtype=torch.float64))
+        assert tracer.flush(5)
+        st = metrics.stats()
+        assert st["fib_trace_records_total"] == {(NAME,): 1}
+        assert st["fib_trace_dropped_total"] == {("dedup",): 1, ("mismatch",): 1}
+        assert st["fib_trace_bytes_total"] == {(): tracer.stats()["bytes"]}
+        # flush() also moved them into Prometheus (tracing may run without the dispatcher)
+        assert reg.get_sample_value("fib_trace_records_total", {"definition": NAME}) == 1
+        assert reg.get_sample_value("fib_trace_dropped_total", {"reason": "dedup"}) == 1
+        assert reg.get_sample_value("fib_trace_bytes_total") == tracer.stats()["bytes"]
+    finally:
+        tracer.disable()
+        metrics.reset()
 
 
 def test_sigterm_handler_installed_and_restored(root):

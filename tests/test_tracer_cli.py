@@ -73,5 +73,5 @@ def test_summary_missing_path(tmp_path, capsys):
 def test_histogram_buckets_many_values():
     rows = histogram({v: 1 for v in range(1, 100)})
     labels = [r.split()[0] for r in rows]
-    assert labels == ["1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65-128"]
-    assert rows[-1].split()[1] == "35"
+    assert labels == ["1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127"]
+    assert rows[-1].split()[1] == "36"

@@ -18,7 +18,12 @@ Per call (:meth:`Tracer.record`), in this order:
    :class:`~fib_runtime.tracer.writer.Writer` thread waits for the event, writes the blob and
    appends the line.
 
-Counters on the hot path are plain ints; the writer thread pushes them to the metrics module.
+Signatures and buckets are the dispatcher's (the tuple of var-axis values in the definition's
+order; :func:`fib_runtime.dispatch.table.bucket_of`), so "one workload per bucket" means one
+benchmarked shape for every bucket the dispatch table can select by.
+
+Counters on the hot path are plain ints; the writer thread pushes them to
+:mod:`fib_runtime.metrics` (``fib_trace_*``).
 Counting is exact for one calling thread per process (the engines' case); under many threads
 calling the same definition at once a dedup drop may be missed in the count, never in the
 decision (decisions are taken under a lock).
@@ -37,7 +42,9 @@ import torch
 
 from fib_runtime.schema import Definition, parse
 
-from . import _metrics
+from fib_runtime import metrics
+from fib_runtime.dispatch.table import bucket_of
+
 from .config import Policy, TraceConfig, current_rank, rank_records
 
 log = logging.getLogger("fib_runtime.tracer")
@@ -46,6 +53,7 @@ log = logging.getLogger("fib_runtime.tracer")
 REASONS = ("dedup", "bucket", "definition_cap", "cuda_graph_capture", "compiling", "rank",
            "mismatch", "byte_cap", "rate_limit", "queue_full", "unknown_definition", "error",
            "write_error")
+_PROM_INTERVAL = 2.0  # seconds between pushes into Prometheus (fib_runtime.metrics.flush)
 _CLOSED_MAX = 1 << 16  # signatures remembered per definition as "decided"; beyond, re-derived
 
 _INT_DTYPES = ("int64", "int32", "int16", "int8", "bool", "uint8", "uint32")
@@ -64,11 +72,6 @@ SAMPLING_PARAMS = ("top_p", "min_p", "temperature")
 def _is_content(name: str) -> bool:
     n = name.lower()
     return n in CONTENT_INPUTS or n.endswith("token_ids")
-
-
-def bucket_of(sig: Tuple[int, ...]) -> Tuple[int, ...]:
-    """Signature bucket: each var-axis value rounded up to a power of two (0 stays 0)."""
-    return tuple(1 << (v - 1).bit_length() if v > 0 else 0 for v in sig)
 
 
 class _Plan:
@@ -205,6 +208,7 @@ class Tracer:
         self.writer = None
         self.drops: Dict[str, int] = defaultdict(int)
         self._pushed: Dict[str, int] = defaultdict(int)
+        self._prom_at = 0.0
         self.records: Dict[str, int] = defaultdict(int)
         self.n_put = 0          # entries queued (producer side, under _lock)
         self.n_done = 0         # entries finished by the writer (writer side only)
@@ -484,7 +488,7 @@ class Tracer:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.002)
-        self.sync_metrics()
+        self.sync_metrics(force=True)
         return self.n_done >= target
 
     def stop(self, timeout: Optional[float] = None) -> bool:
@@ -496,8 +500,10 @@ class Tracer:
                 w.join(timeout=1.0)
         return ok
 
-    def sync_metrics(self) -> None:
-        """Push the hot path's drop counts (deltas) to the metrics module."""
+    def sync_metrics(self, force: bool = False) -> None:
+        """Push the hot path's drop counts (deltas) to :mod:`fib_runtime.metrics`, and move
+        the metrics module's counters into Prometheus at most every ``_PROM_INTERVAL`` seconds
+        (the dispatcher's poller does it too, but tracing may run without the dispatcher)."""
         if not self._mlock.acquire(timeout=1.0):
             return
         try:
@@ -505,7 +511,13 @@ class Tracer:
                 d = n - self._pushed[reason]
                 if d > 0:
                     self._pushed[reason] = n
-                    _metrics.dropped(reason, d)
+                    metrics.inc_trace_dropped(reason, d)
+            now = time.monotonic()
+            if force or now - self._prom_at >= _PROM_INTERVAL:
+                self._prom_at = now
+                metrics.flush()
+        except Exception:  # metrics never break tracing
+            log.debug("fib-runtime tracer: metrics push failed", exc_info=True)
         finally:
             self._mlock.release()
 
@@ -535,7 +547,6 @@ class Tracer:
         self._rank_final = False
         self._rank_env = None
         self.muted = False
-        _metrics._LOCK = threading.Lock()  # the parent's writer may have held it at fork time
 
 
 def _numel(st: DefState, p: _Plan, axes) -> int:

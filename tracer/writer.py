@@ -27,7 +27,7 @@ from typing import Dict, List
 
 from fib_runtime.fileio import append_lines, atomic_write_bytes, atomic_write_text
 
-from . import _metrics
+from fib_runtime import metrics
 
 log = logging.getLogger("fib_runtime.tracer")
 _STOP = object()
@@ -119,7 +119,7 @@ def write_batch(t, entries: List, defs_written: set) -> None:
             try:
                 n = append_lines(root / rel, ls)
                 t.bytes_written += n - sum(len(x) + 1 for x in ls)  # newline repair, if any
-                _metrics.bytes_written(n)
+                metrics.inc_trace_bytes(n)
             except Exception:
                 t.drops["write_error"] += len(ls)
                 log.warning("fib-runtime tracer: appending to %s failed", rel, exc_info=True)
@@ -128,7 +128,7 @@ def write_batch(t, entries: List, defs_written: set) -> None:
         for name, n in per_def.items():
             if n > 0:
                 t.records[name] += n
-                _metrics.records(name, n)
+                metrics.inc_trace_records(name, n)
     finally:
         t.n_done += len(entries)
 
@@ -175,7 +175,7 @@ def _write_one(t, root: Path, e, defs_written: set, cap):
         return None, 0
     if tensors:
         atomic_write_bytes(root / rel, data)
-        _metrics.bytes_written(len(data))
+        metrics.inc_trace_bytes(len(data))
     return line, nbytes
 
 

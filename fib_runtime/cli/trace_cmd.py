@@ -4,9 +4,9 @@
 
 Per definition that has workloads: how many, how many distinct signatures (tuples of var-axis
 values), a small terminal histogram of each var axis (one row per value when there are few,
-else power-of-two buckets ``5-8``), and the signatures with no evaluated solution yet -- no
-``PASSED`` trace of any solution for a workload with the same var-axis values. Those are the
-shapes ``fib bench`` should run next. Reading the dataset runs none of its code.
+else the dispatcher's power-of-two buckets ``4-7``), and the signatures with no evaluated
+solution yet -- no ``PASSED`` trace of any solution for a workload with the same var-axis
+values. Those are the shapes ``fib bench`` should run next. Reading the dataset runs none of its code.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import fnmatch
 from collections import Counter
 from typing import Any, Dict, List, Tuple
 
+from ..dispatch.table import bucket_range
 from ..errors import DatasetError
 from ..schema import EvaluationStatus
 from ..store import Dataset
@@ -76,15 +77,14 @@ def histogram(values: Dict[int, int], max_rows: int = 8) -> List[str]:
         return []
     if len(values) <= max_rows:
         rows = [(str(v), n) for v, n in values.items()]
-    else:
+    else:  # the dispatcher's power-of-two buckets (bit_length): 1, 2-3, 4-7, ...
         buckets: Counter = Counter()
         for v, n in values.items():
-            hi = 1 << (v - 1).bit_length() if v and v > 0 else 0
-            buckets[hi] += n
+            buckets[int(v or 0).bit_length()] += n
         rows = []
-        for hi in sorted(buckets):
-            lo = hi // 2 + 1 if hi > 1 else hi
-            rows.append((str(hi) if lo == hi else f"{lo}-{hi}", buckets[hi]))
+        for b in sorted(buckets):
+            lo, hi = bucket_range(b)
+            rows.append((str(lo) if lo == hi else f"{lo}-{hi}", buckets[b]))
     top = max(n for _, n in rows)
     lw = max(len(label) for label, _ in rows)
     cw = max(len(str(n)) for _, n in rows)
