@@ -56,7 +56,7 @@ class SolutionError(FibError):
 _ON = False               # a runtime is enabled
 _ENV_DONE = False         # FIB_ENABLE_APPLY was looked at (first call) or enable/disable called
 _RT: Optional["Runtime"] = None
-_ENTRIES: Dict[str, "_Entry"] = {}   # replaced (not mutated) on reload
+_ENTRIES: Dict[str, Callable] = {}   # name -> generated entry function; replaced on reload
 _STATE_LOCK = threading.RLock()
 _REGISTERED: Dict[str, Any] = {}     # definitions given by register_definition (survive reloads)
 
@@ -76,10 +76,9 @@ def dispatch(definition_name, inputs, fallback):
     if _ON:
         try:
             e = _ENTRIES[definition_name]
-            d = e.cache[e.key(inputs)]
-        except Exception:
+        except KeyError:
             return _slow(definition_name, inputs, fallback)
-        return d(inputs, fallback)
+        return e(inputs, fallback)
     if _ENV_DONE:
         return fallback()
     return _first_call(definition_name, inputs, fallback)
@@ -149,20 +148,23 @@ def registered_definitions() -> Dict[str, Any]:
 
 # ---- per-definition entries and generated code -------------------------------------------------
 class _Entry:
-    __slots__ = ("name", "definition", "key", "cache", "table", "tensor_idx", "axis_src")
+    """Metadata of one definition's entry; ``call`` is the generated hot-path function."""
 
-    def __init__(self, name, definition, key, table: DefTable, tensor_idx=(), axis_src=()):
+    __slots__ = ("name", "definition", "key", "cache", "table", "tensor_idx", "axis_src", "call")
+
+    def __init__(self, name, definition, key_parts, table: DefTable, tensor_idx=(), axis_src=()):
         self.name = name
         self.definition = definition
-        self.key = key
         self.cache: Dict[Any, Callable] = {}
         self.table = table
         self.tensor_idx = tensor_idx   # indices of required tensor inputs
         self.axis_src = axis_src       # per var axis: (input index, dim)
+        self.key, self.call = _generate_entry(name, key_parts, self.cache)
+        self.call.entry = self
 
 
-def _key_function(defn) -> Tuple[Callable, Tuple[int, ...], Tuple[Tuple[int, int], ...]]:
-    """Generate the key function of ``defn`` (see module docstring)."""
+def _key_parts(defn) -> Tuple[List[str], Tuple[int, ...], Tuple[Tuple[int, int], ...]]:
+    """The key expression of ``defn`` (see module docstring), as code fragments over ``x``."""
     names = list(defn.inputs)
     tensor_idx = tuple(i for i, n in enumerate(names)
                        if defn.inputs[n].shape is not None and not getattr(defn.inputs[n], "optional", False))
@@ -172,14 +174,42 @@ def _key_function(defn) -> Tuple[Callable, Tuple[int, ...], Tuple[Tuple[int, int
     parts = [f"x[{i}].shape" for i in shape_idx] + [f"x[{i}].dtype" for i in tensor_idx]
     if tensor_idx:
         parts.append(f"x[{tensor_idx[0]}].is_cuda")
-    code = f"def key(x):\n    return ({', '.join(parts)}{',' if len(parts) == 1 else ''})\n"
+    return parts, tensor_idx, axis_src
+
+
+_ENTRY_TEMPLATE = """
+def make(cache, slow, name):
+    def key(x):
+        return {key}
+
+    def entry(x, fb):
+        try:
+            d = cache[{key}]
+        except Exception:
+            return slow(name, x, fb)
+        return d(x, fb)
+    return key, entry
+"""
+
+
+def _generate_entry(name: str, parts: List[str], cache: Dict[Any, Callable]):
+    """Generate ``key(x)`` and the hot-path ``entry(x, fb)`` with the key expression inlined."""
+    if not parts:
+        expr = "None"
+    else:
+        # x[i] read once per input: bind it to a local (a0, a1...) in the expression
+        used = sorted({int(p[2:p.index("]")]) for p in parts})
+        expr = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+        for i in used:
+            expr = expr.replace(f"x[{i}].", f"a{i}.")
+        first = used[0]
+        expr = expr.replace(f"a{first}.", f"(a{first} := x[{first}]).", 1)
+        for i in used[1:]:
+            expr = expr.replace(f"a{i}.", f"(a{i} := x[{i}]).", 1)
+    code = _ENTRY_TEMPLATE.format(key=expr)
     ns: Dict[str, Any] = {}
-    exec(compile(code, f"<fib key {defn.name}>", "exec"), ns)
-    return ns["key"], tensor_idx, axis_src
-
-
-def _const_key(x):
-    return None
+    exec(compile(code, f"<fib entry {name}>", "exec"), ns)
+    return ns["make"](cache, _slow, name)
 
 
 _HIT_TEMPLATE = """
@@ -457,8 +487,8 @@ class Runtime:
                         if got is not None:
                             self.loaded[sol.name] = got
                 self._gauge_loaded()
-            e = _ENTRIES.get(defn.name)
-            if e is not None and e.definition is None:
+            f = _ENTRIES.get(defn.name)
+            if f is not None and f.entry.definition is None:
                 del _ENTRIES[defn.name]
 
     def _scan(self):
@@ -526,19 +556,19 @@ class Runtime:
 
     # ---- decisions ----------------------------------------------------------------------------
     def _entry(self, name: str) -> "_Entry":
-        e = _ENTRIES.get(name)
-        if e is not None:
-            return e
+        f = _ENTRIES.get(name)
+        if f is not None:
+            return f.entry
         defn = self.definitions.get(name)
         if defn is None:
             defn = self._generate(name)
         if defn is None or not self.definition_ok(name):
-            e = _Entry(name, None, _const_key, empty_def_table(name, ()))
+            e = _Entry(name, None, [], empty_def_table(name, ()))
         else:
-            key, tidx, asrc = _key_function(defn)
+            parts, tidx, asrc = _key_parts(defn)
             tab = self.table.get(name) or empty_def_table(name, defn.var_axes)
-            e = _Entry(name, defn, key, tab, tidx, asrc)
-        _ENTRIES[name] = e
+            e = _Entry(name, defn, parts, tab, tidx, asrc)
+        _ENTRIES[name] = e.call
         return e
 
     def _generate(self, name: str):
@@ -718,7 +748,8 @@ class Runtime:
             sol = self.solutions.get(name)
             self._quarantined_hash[name] = content_hash or (sol.content_hash() if sol is not None else "")
             self.loaded.pop(name, None)
-            for ent in list(_ENTRIES.values()):
+            for f in list(_ENTRIES.values()):
+                ent = f.entry
                 for k, d in list(ent.cache.items()):
                     if getattr(d, "fib_solution", None) == name:
                         ent.cache.pop(k, None)
@@ -737,8 +768,8 @@ class Runtime:
     def decisions(self) -> List[Dict[str, Any]]:
         """The decisions made so far: definition, key, solution, rule."""
         out = []
-        for name, ent in list(_ENTRIES.items()):
-            for k, d in list(ent.cache.items()):
+        for name, f in list(_ENTRIES.items()):
+            for k, d in list(f.entry.cache.items()):
                 sel = getattr(d, "fib_selection", None)
                 out.append({"definition": name, "key": repr(k), "solution": getattr(d, "fib_solution", None),
                             "rule": sel.rule if sel else "fallback",
