@@ -2,10 +2,10 @@
 
 ``fib_runtime/kernels/builtin_table.py`` (owned by the kernel authors) lists
 ``BuiltinKernel(definition_prefix, callable_path, op_type, description, supports)`` entries.
-Each entry applies to every definition whose name starts with ``definition_prefix``; for such a
-definition it becomes a Solution::
+Each entry applies to every definition whose name starts with ``definition_prefix`` (the longest
+matching prefix wins); for such a definition it becomes a Solution::
 
-    name      fib-runtime_<callable name>_<definition>
+    name      fib-runtime_<definition> (or fib-runtime_<callable>_<definition>, see solution_name)
     author    fib-runtime
     spec      language python, entry_point "fib_builtin.py::run",
               destination_passing_style False, target_hardware ["sm_80", "sm_89", "sm_90"]
@@ -68,7 +68,13 @@ def split_callable(path: str) -> Tuple[str, str]:
 
 
 def solution_name(entry, definition: str) -> str:
-    return f"{AUTHOR}_{split_callable(entry.callable_path)[1]}_{definition}"
+    """``fib-runtime_<definition>`` when the callable is named like the definition's op
+    (``top_k_sampling_from_probs`` for ``top_k_sampling_from_probs_v128256``), else
+    ``fib-runtime_<callable>_<definition>``."""
+    func = split_callable(entry.callable_path)[1]
+    if definition.startswith(func):
+        return f"{AUTHOR}_{definition}"
+    return f"{AUTHOR}_{func}_{definition}"
 
 
 def to_solution(entry, definition: str) -> Solution:
@@ -89,13 +95,16 @@ def to_solution(entry, definition: str) -> Solution:
 def for_definition(definition: str) -> List[Tuple[Solution, Callable[[tuple], bool]]]:
     """(Solution, supports) of every built-in whose prefix matches ``definition``."""
     out = []
-    for e in entries():
-        if definition.startswith(e.definition_prefix):
-            try:
-                sol = to_solution(e, definition)
-            except Exception as ex:  # pragma: no cover - malformed entry
-                log.warning("fib-runtime: built-in %r skipped: %s", e, ex)
-                continue
-            sup = getattr(e, "supports", None)
-            out.append((sol, sup if callable(sup) else (lambda inputs: True)))
+    matching = [e for e in entries() if definition.startswith(e.definition_prefix)]
+    if matching:  # the longest prefix wins (as builtin_table.find does)
+        longest = max(len(e.definition_prefix) for e in matching)
+        matching = [e for e in matching if len(e.definition_prefix) == longest]
+    for e in matching:
+        try:
+            sol = to_solution(e, definition)
+        except Exception as ex:  # pragma: no cover - malformed entry
+            log.warning("fib-runtime: built-in %r skipped: %s", e, ex)
+            continue
+        sup = getattr(e, "supports", None)
+        out.append((sol, sup if callable(sup) else (lambda inputs: True)))
     return out
