@@ -278,16 +278,24 @@ class InlinePool:
         from .environment import snapshot
         from .evaluate import WorkerState
 
+        from .worker import capture_fds
+
         label = self.devices[0]
         state = WorkerState(label, self.root, self.cfg)
         env = snapshot(label)
-        for t in tasks:
-            try:
-                r = state.evaluate(t.definition, t.workload.workload, t.solution, lambda phase: None)
-            except Exception as e:  # noqa: BLE001
-                r = {"status": "RUNTIME_ERROR", "message": f"{type(e).__name__}: {e}"}
-            if "skip" in r:
-                self.skipped.append(r["skip"])
-                continue
-            r.setdefault("log", r.get("message", ""))
-            on_result(t, r, env, label)
+        fd, log_path = tempfile.mkstemp(prefix="fib-bench-inline-", suffix=".log")
+        os.close(fd)
+        try:
+            for t in tasks:
+                try:
+                    with capture_fds(log_path):
+                        r = state.evaluate(t.definition, t.workload.workload, t.solution, lambda phase: None)
+                except Exception as e:  # noqa: BLE001
+                    r = {"status": "RUNTIME_ERROR", "message": f"{type(e).__name__}: {e}"}
+                if "skip" in r:
+                    self.skipped.append(r["skip"])
+                    continue
+                r["log"] = read_log(log_path, self.cfg.log_cap_bytes)
+                on_result(t, r, env, label)
+        finally:
+            os.unlink(log_path)

@@ -28,13 +28,18 @@ def capture_fds(path: str):
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    py = sys.stdout, sys.stderr
+    text = open(path, "a", buffering=1, encoding="utf-8", errors="replace")
     try:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
+        sys.stdout = sys.stderr = text  # also when sys.stdout was replaced (pytest, redirect_stdout)
         yield
     finally:
+        sys.stdout, sys.stderr = py
         try:
+            text.close()
             sys.stdout.flush()
             sys.stderr.flush()
         except Exception:

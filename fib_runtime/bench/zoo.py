@@ -39,7 +39,7 @@ def _first(expr: str) -> str:
 def zoo(definition, include=None) -> Dict[str, Tuple[Solution, str]]:
     outs = list(definition.outputs.values())
     dt = outs[0].dtype
-    is_float = dt.startswith("float")
+    is_float = "float" in dt
     sampling = definition.op_type == "sampling" and not is_float
     other_dtype = "torch.float64" if dt == "float32" else ("torch.float32" if is_float else "torch.int32" if dt == "int64" else "torch.int64")
     if sampling:
