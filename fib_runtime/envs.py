@@ -82,7 +82,7 @@ _SPECS: Dict[str, _Spec] = {
     "FIB_ENABLE_APPLY": _Spec(_bool, False,
         "Route intercepted calls through the dispatcher (apply). Off: every call runs the original."),
     "FIB_DATASET_PATH": _Spec(_path, None,
-        "FlashInfer Trace dataset root (definitions/, solutions/, traces/). Unset: built-in solutions only."),
+        "FlashInfer Trace dataset root (definitions/, solutions/, traces/). Unset: the dataset embedded in the package (fib_runtime/data/default_dataset)."),
     "FIB_CACHE_PATH": _Spec(_path, "~/.cache/fib-runtime",
         "Cache folder: compiled cuda/cpp solutions (one folder per content hash), python solution sources."),
     "FIB_STRICT": _Spec(_bool, False,

@@ -847,7 +847,20 @@ def enable(dataset_path=None, **kw) -> Runtime:
     if old is not None:
         old.stop()
     rt.start()
+    _register_atexit()
     return rt
+
+
+_ATEXIT = False
+
+
+def _register_atexit() -> None:
+    global _ATEXIT
+    if not _ATEXIT:
+        import atexit
+
+        atexit.register(metrics.flush)  # multiprocess mode: the last counts reach the mmap files
+        _ATEXIT = True
 
 
 def disable() -> None:
