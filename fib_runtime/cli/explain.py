@@ -8,7 +8,9 @@ Builds the dispatch table from the dataset's evaluation traces exactly as the ru
 var-axis values: the rule that fired (exact, bucket, nearest, builtin, miss), the ranking at that
 signature and every candidate skipped with its reason. By default no solution code runs: a
 solution present in the dataset counts as loadable. ``--load`` imports/builds the candidates
-first, so load failures show up as they would at run time.
+first, so load failures show up as they would at run time. A trace winner whose solution file is
+not in the dataset cannot run: the decision skips it, and the ``by traces`` line (``by_traces`` in
+``--json``) shows what the trace data alone selects.
 """
 
 from __future__ import annotations
@@ -62,14 +64,18 @@ def cmd_explain(args) -> int:
         raise FibError(str(e)) from None
     if args.json:
         defn = rt.definitions.get(args.name)
-        sel = None
+        sel = by = None
         if defn is not None and all(a in axes for a in defn.var_axes):
             sig = tuple(axes[a] for a in defn.var_axes)
             sel = rt.select(args.name, sig)
+            tab = rt.table.get(args.name)
+            if tab is not None:
+                b = tab.select(sig, lambda n: None, rt.max_distance)
+                by = {"solution": b.solution, "rule": b.rule, "detail": b.detail}
         emit_json({"definition": args.name, "axes": axes, "hardware": rt.hardware,
                    "solution": sel.solution if sel else None, "rule": sel.rule if sel else "miss",
                    "detail": sel.detail if sel else "unknown definition",
-                   "skipped": [list(s) for s in sel.skipped] if sel else [], "text": text})
+                   "skipped": [list(s) for s in sel.skipped] if sel else [], "by_traces": by, "text": text})
     else:
         print(text)
     return 0
