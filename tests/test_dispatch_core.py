@@ -382,6 +382,22 @@ def test_reload_swaps_winner_while_calls_run(tmp_path):
     assert s["generation"] == 2 and s["reloads"] == {"swapped": 1}
 
 
+def test_reload_redecides_known_keys_without_slow_path(tmp_path, monkeypatch):
+    root = make_dataset(tmp_path / "ds", ["sol_a", "sol_b"], [trace("sol_a", 8, lat=1.0)])
+    on(root)
+    assert call(8) == 1.0
+    write_traces(root, [trace("sol_a", 8, lat=1.0), trace("sol_b", 8, lat=0.1)])
+    assert reload() is True
+
+    def no_slow(*a):
+        raise AssertionError("slow path taken after reload")
+
+    monkeypatch.setattr(rt_mod.Runtime, "_decide", no_slow)
+    monkeypatch.setattr(rt_mod, "_capturing", lambda: True)  # as if a CUDA graph were being captured
+    assert call(8) == 2.0
+    assert counts()[("scale_h4", "sol_b", "hit")] == 1
+
+
 def test_poller_picks_up_new_traces(tmp_path):
     root = make_dataset(tmp_path / "ds", ["sol_a", "sol_b"], [trace("sol_a", 8, lat=1.0)])
     on(root, reload_interval=0.05)

@@ -417,9 +417,31 @@ class Runtime:
         return True
 
     def _swap_entries(self) -> None:
+        """Install fresh entries for the new table, re-deciding every key already seen.
+
+        Keys whose inputs were validated before keep a decision (made from the stored
+        signature, without the inputs), so calls after a reload take no slow path and CUDA-graph
+        capture right after a reload still finds its decisions.
+        """
         global _ENTRIES
-        if _RT is self:
-            _ENTRIES = {}
+        if _RT is not self:
+            return
+        fresh: Dict[str, Callable] = {}
+        for name, f in list(_ENTRIES.items()):
+            old = f.entry
+            e = self._make_entry(name)
+            if e.definition is None or old.definition is None or e.definition != old.definition:
+                continue
+            for k, d in list(old.cache.items()):
+                sig = getattr(d, "fib_sig", None)
+                if sig is None:
+                    continue
+                try:
+                    e.cache[k] = self._decision_for(e, sig, d.fib_axes, None, dict(d.fib_supports))
+                except Exception:  # pragma: no cover - left to the slow path
+                    pass
+            fresh[name] = e.call
+        _ENTRIES = fresh
 
     def _load_candidates(self, table: Table, sols, builtin_by_def, defs) -> Dict[str, Any]:
         """Build/load every solution that can win (and the built-ins), ahead of any call."""
@@ -560,17 +582,19 @@ class Runtime:
         f = _ENTRIES.get(name)
         if f is not None:
             return f.entry
+        e = self._make_entry(name)
+        _ENTRIES[name] = e.call
+        return e
+
+    def _make_entry(self, name: str) -> "_Entry":
         defn = self.definitions.get(name)
         if defn is None:
             defn = self._generate(name)
         if defn is None or not self.definition_ok(name):
-            e = _Entry(name, None, [], empty_def_table(name, ()))
-        else:
-            parts, tidx, asrc = _key_parts(defn)
-            tab = self.table.get(name) or empty_def_table(name, defn.var_axes)
-            e = _Entry(name, defn, parts, tab, tidx, asrc)
-        _ENTRIES[name] = e.call
-        return e
+            return _Entry(name, None, [], empty_def_table(name, ()))
+        parts, tidx, asrc = _key_parts(defn)
+        tab = self.table.get(name) or empty_def_table(name, defn.var_axes)
+        return _Entry(name, defn, parts, tab, tidx, asrc)
 
     def _generate(self, name: str):
         try:
@@ -600,7 +624,7 @@ class Runtime:
                 k = e.key(inputs)
             except Exception as ex:  # inputs do not fit the definition at all
                 why = f"inputs do not fit the definition ({type(ex).__name__}: {ex})"
-                return self._fallback_decision(e, "fallback_mismatch", why, cache_key=None)
+                return self._fallback_decision(e, "fallback_mismatch", why)
             d = e.cache.get(k)
             if d is not None:
                 return d
@@ -611,7 +635,7 @@ class Runtime:
             e.cache[k] = d
             return d
 
-    def _fallback_decision(self, e: _Entry, outcome: str, why: str, cache_key=False):
+    def _fallback_decision(self, e: _Entry, outcome: str, why: str):
         inc = metrics.counter("fib_dispatch_total", e.name, "none", outcome).inc
         d = _make_fallback(inc)
         d.fib_solution = None
@@ -658,7 +682,8 @@ class Runtime:
             return f"failed to load: {err}" if err else "not loaded (run `fib warmup` or enable with warmup)"
         return None
 
-    def select(self, name: str, sig: Tuple[int, ...], inputs=None) -> Selection:
+    def select(self, name: str, sig: Tuple[int, ...], inputs=None,
+               supports_memo: Optional[Dict[str, bool]] = None) -> Selection:
         """Selection for ``sig`` (traced winners, then built-ins); see :mod:`.table`."""
         tab = self.table.get(name) or empty_def_table(name, self.definitions[name].var_axes
                                                       if name in self.definitions else ())
@@ -670,12 +695,18 @@ class Runtime:
             why = self.usable(bname)
             if why is None and tab.is_tainted(bname, sig):
                 why = "failed in this bucket"
-            if why is None and inputs is not None:
+            if why is None and supports_memo is not None and bname in supports_memo:
+                if not supports_memo[bname]:
+                    why = "supports(inputs) is False"
+            elif why is None and inputs is not None:
                 try:
-                    if not self.builtin_supports[bname](inputs):
-                        why = "supports(inputs) is False"
+                    ok = bool(self.builtin_supports[bname](inputs))
                 except Exception as ex:
-                    why = f"supports(inputs) raised {type(ex).__name__}"
+                    ok, why = False, f"supports(inputs) raised {type(ex).__name__}"
+                if supports_memo is not None:
+                    supports_memo[bname] = ok
+                if not ok and why is None:
+                    why = "supports(inputs) is False"
             if why:
                 skipped.append((bname, why))
                 continue
@@ -693,13 +724,20 @@ class Runtime:
             self._log_once(("mismatch", e.name, str(ex)), "fib-runtime: %s: %s; running the original",
                            e.name, ex)
             return self._fallback_decision(e, "fallback_mismatch", str(ex))
-        sel = self.select(e.name, sig, inputs)
+        return self._decision_for(e, sig, axes, inputs, {})
+
+    def _decision_for(self, e: _Entry, sig, axes, inputs, memo: Dict[str, bool]) -> Callable:
+        """Decision for validated inputs with signature ``sig`` (``inputs`` may be None: then
+        built-in ``supports`` answers come from ``memo``)."""
+        sel = self.select(e.name, sig, inputs, memo)
         if sel.solution is None:
             quarantined = any(w.startswith("quarantined") for _, w in sel.skipped)
             d = self._fallback_decision(e, "quarantined" if quarantined else "fallback_miss", sel.detail)
-            d.fib_selection = sel
-            return d
-        return self._hit_decision(e, sel, axes, inputs)
+        else:
+            d = self._hit_decision(e, sel, axes, inputs)
+        d.fib_selection = sel
+        d.fib_sig, d.fib_axes, d.fib_supports = sig, axes, memo
+        return d
 
     def _hit_decision(self, e: _Entry, sel: Selection, axes, inputs) -> Callable:
         from ..inputs import torch_dtype
