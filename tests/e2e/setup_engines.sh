@@ -30,8 +30,10 @@ if ! "$V/bin/python" -c "import sglang" >/dev/null 2>&1; then
   "${PIP[@]}" --no-deps sglang==0.5.23
 fi
 echo "torch==2.13.0" > "$V/pin.txt"
-"${PIP[@]}" -c "$V/pin.txt" orjson ipython gguf pybase64 msgspec partial-json-parser dill \
-  sentencepiece compressed-tensors triton
+if ! "$V/bin/python" -c "import orjson, IPython, gguf, pybase64, msgspec, partial_json_parser, dill, sentencepiece, compressed_tensors, triton" >/dev/null 2>&1; then
+  "${PIP[@]}" -c "$V/pin.txt" orjson ipython gguf pybase64 msgspec partial-json-parser dill \
+    sentencepiece compressed-tensors triton
+fi
 
 # FlashInfer: imports on CPU, calls raise; enough to patch the real modules.
 if ! "$V/bin/python" -c "import flashinfer" >/dev/null 2>&1; then
@@ -40,8 +42,10 @@ if ! "$V/bin/python" -c "import flashinfer" >/dev/null 2>&1; then
 fi
 
 # fib-runtime itself (editable, its deps are small).
-"${PIP[@]}" -c "$V/pin.txt" wrapt prometheus-client pydantic safetensors filelock pytest
-"${PIP[@]}" --no-deps --no-build-isolation -e "$REPO"
+if ! "$V/bin/python" -c "import wrapt, prometheus_client, pydantic, safetensors, filelock, pytest, tvm_ffi" >/dev/null 2>&1; then
+  "${PIP[@]}" -c "$V/pin.txt" wrapt prometheus-client pydantic safetensors filelock pytest apache-tvm-ffi
+fi
+"${PIP[@]}" --no-deps --no-build-isolation -e "$REPO" 2>&1 | grep -v -i "warning\|^\s*$\|\*\*\*\|!!" || true
 
 "$V/bin/python" - <<'PY'
 import importlib.metadata as md
