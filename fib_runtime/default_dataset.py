@@ -33,7 +33,9 @@ def resolve_dataset_path(path: Optional[Union[str, os.PathLike]] = None) -> Path
     """``path`` if given, else ``$FIB_DATASET_PATH`` if set and non-empty, else the embedded default."""
     if path is not None and str(path) != "":
         return Path(path).expanduser()
-    env = os.environ.get(ENV_VAR, "").strip()
+    from . import envs  # every FIB_* variable is parsed there
+
+    env = envs.get(ENV_VAR)
     if env:
-        return Path(env).expanduser()
+        return Path(env)
     return default_dataset_path()
