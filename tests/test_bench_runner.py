@@ -20,7 +20,7 @@ FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / 
 if not FIXTURES.is_dir():  # CI lays shared/ beside the clone
     FIXTURES = Path("/work/shared/fixtures/flashinfer-trace")
 
-FAST = dict(timeout_s=2.0, warmup=1, iterations=2, trials=1, prepare_timeout_s=120.0)
+FAST = dict(timeout_s=2.0, warmup=1, iterations=2, trials=1, prepare_timeout_s=120.0, cpu_threads=1)
 
 
 def fixture_dataset(tmp: Path, n_workloads: int = 1) -> Dataset:

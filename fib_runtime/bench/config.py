@@ -81,6 +81,7 @@ class BenchConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     check_inputs: bool = True         # inputs must be unchanged after the call
     guard_elems: int = 1024           # canary elements around DPS output buffers
+    cpu_threads: int = 0              # torch threads of a CPU worker (0: cores / CPU workers)
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

@@ -55,10 +55,12 @@ class WorkerState:
         self.cfg = cfg
         self._defs: Dict[str, Definition] = {}
         self._prepared: "OrderedDict[tuple, Prepared]" = OrderedDict()
-        if self.device.startswith("cuda"):
-            import torch
+        import torch
 
+        if self.device.startswith("cuda"):
             torch.cuda.set_device(torch.device(self.device))
+        elif cfg.cpu_threads > 0:  # several CPU workers on one machine must not oversubscribe it
+            torch.set_num_threads(cfg.cpu_threads)
 
     def sync(self) -> None:
         if self.device.startswith("cuda"):

@@ -160,6 +160,12 @@ def run_bench(dataset: Union[str, Path, Dataset], definitions: Optional[Sequence
 
     pool_cls = InlinePool if inline else WorkerPool
     n_workers = 1 if inline else min(len(devs), max(1, len({t.key for t in tasks})))
+    n_cpu = sum(1 for x in devs[:n_workers] if not x.startswith("cuda"))
+    if not inline and n_cpu and cfg.cpu_threads <= 0:
+        import dataclasses
+        import os
+
+        cfg = dataclasses.replace(cfg, cpu_threads=max(1, (os.cpu_count() or 1) // n_cpu))
     with pool_cls(devs[:n_workers], ds.root, cfg, logdir=logdir) as pool:
         pool.run(tasks, on_result)
         summary.skipped = list(pool.skipped)
