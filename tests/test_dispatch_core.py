@@ -419,3 +419,27 @@ def test_env_enable_at_first_call(tmp_path, monkeypatch):
     monkeypatch.setattr(rt_mod, "_ENV_DONE", False)
     assert call(8) == 1.0
     assert rt_mod.active() is not None
+
+
+def test_enable_from_env_is_idempotent(tmp_path, monkeypatch):
+    from fib_runtime.dispatch import enable_from_env
+
+    root = make_dataset(tmp_path / "ds", ["sol_a"], [trace("sol_a", 8)])
+    assert enable_from_env() is None  # FIB_ENABLE_APPLY unset
+    monkeypatch.setenv("FIB_ENABLE_APPLY", "1")
+    monkeypatch.setenv("FIB_DATASET_PATH", str(root))
+    monkeypatch.setenv("FIB_HARDWARE", "CPU")
+    monkeypatch.setenv("FIB_RELOAD_INTERVAL", "0")
+    rt = enable_from_env()
+    assert rt is not None and enable_from_env() is rt
+    assert call(8) == 1.0
+
+
+def test_register_definition_dict_twice_is_cheap(tmp_path, monkeypatch):
+    other = dict(DEF, name="scale_h8")
+    other["axes"] = {"batch": {"type": "var"}, "h": {"type": "const", "value": 8}}
+    register_definition(other)
+    from fib_runtime.schema import Definition
+
+    monkeypatch.setattr(Definition, "model_validate", classmethod(lambda cls, *a, **k: 1 / 0))
+    register_definition(dict(other))  # same content: not validated again

@@ -24,11 +24,11 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from .apply import apply
-from .runtime import (Runtime, SolutionError, active, disable, dispatch, enable,
+from .runtime import (Runtime, SolutionError, active, disable, dispatch, enable, enable_from_env,
                       register_definition, registered_definitions, reload)
 from .table import bucket_of
 
-__all__ = ["apply", "dispatch", "enable", "disable", "reload", "register_definition",
+__all__ = ["apply", "dispatch", "enable", "enable_from_env", "disable", "reload", "register_definition",
            "registered_definitions", "active", "stats", "explain", "Runtime", "SolutionError",
            "bucket_of"]
 

@@ -44,7 +44,7 @@ from .table import DefTable, Selection, Table, build_table, bucket_of, empty_def
 
 log = logging.getLogger("fib_runtime.dispatch")
 
-__all__ = ["dispatch", "enable", "disable", "reload", "active", "register_definition",
+__all__ = ["dispatch", "enable", "enable_from_env", "disable", "reload", "active", "register_definition",
            "SolutionError", "Runtime", "registered_definitions"]
 
 
@@ -59,6 +59,7 @@ _RT: Optional["Runtime"] = None
 _ENTRIES: Dict[str, Callable] = {}   # name -> generated entry function; replaced on reload
 _STATE_LOCK = threading.RLock()
 _REGISTERED: Dict[str, Any] = {}     # definitions given by register_definition (survive reloads)
+_REGISTERED_RAW: Dict[str, dict] = {}
 
 
 def dispatch(definition_name, inputs, fallback):
@@ -119,6 +120,29 @@ def _slow(definition_name, inputs, fallback):
     return d(inputs, fallback)
 
 
+def enable_from_env() -> Optional["Runtime"]:
+    """Enable from the environment now if ``FIB_ENABLE_APPLY=1`` (idempotent; never raises).
+
+    Engine plugins call this at registration so that the dataset is read and solutions are
+    built before the first intercepted call, not during it. Returns the active runtime or None.
+    """
+    global _ENV_DONE
+    with _STATE_LOCK:
+        if _RT is not None:
+            return _RT
+        from .. import envs
+
+        _ENV_DONE = True
+        if not envs.FIB_ENABLE_APPLY:
+            return None
+        try:
+            return enable()
+        except Exception:
+            log.exception("fib-runtime: FIB_ENABLE_APPLY=1 but the dispatcher failed to start; "
+                          "every call runs the original")
+            return None
+
+
 def active() -> Optional["Runtime"]:
     """The enabled runtime, or None."""
     return _RT
@@ -133,7 +157,12 @@ def register_definition(defn) -> None:
     from ..schema import Definition
 
     if isinstance(defn, dict):
+        name = defn.get("name")
+        if name in _REGISTERED_RAW and _REGISTERED_RAW[name] == defn:
+            return  # already known, same content: no validation again
+        raw = defn
         defn = Definition.model_validate(defn)
+        _REGISTERED_RAW[defn.name] = raw
     with _STATE_LOCK:
         old = _REGISTERED.get(defn.name)
         _REGISTERED[defn.name] = defn
