@@ -180,3 +180,31 @@ def test_env_activation(tmp_path):
     out, err = p.communicate(timeout=60)
     assert json.loads(out) == {"kept": False, "enabled": False}, err
     assert not root3.exists()
+
+
+MP_SCRIPT = r"""
+import multiprocessing as mp
+
+def child(n0):
+    slow_writer(0.02)
+    for b in range(n0, n0 + 10):
+        tracer.record(DEFN, call(b, 1))
+    # returns: multiprocessing ends a fork child with os._exit (no atexit)
+
+if __name__ == "__main__":
+    tracer.enable(ROOT, ranks="all", rate_limit=None, default_policy=OPEN)
+    tracer.record(DEFN, call(100, 1))
+    ctx = mp.get_context("fork")
+    ps = [ctx.Process(target=child, args=(1 + 10 * i,)) for i in range(2)]
+    [p.start() for p in ps]
+    [p.join(60) for p in ps]
+    assert all(p.exitcode == 0 for p in ps), [p.exitcode for p in ps]
+"""
+
+
+def test_multiprocessing_fork_children_flush(tmp_path):
+    root = tmp_path / "trace"
+    p = _run(MP_SCRIPT, root)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    _check_dataset(root, 21)

@@ -29,7 +29,8 @@ Side effects and costs:
   (pinned, non-blocking). Nothing is recorded during CUDA-graph capture or ``torch.compile``
   tracing (counted as ``cuda_graph_capture`` / ``compiling``).
 * A daemon writer thread starts at the first kept call. Entries are flushed at :func:`disable`,
-  :func:`flush`, normal interpreter exit (``atexit``) and SIGTERM (a handler installed from the
+  :func:`flush`, normal interpreter exit (``atexit``; in ``multiprocessing`` fork children,
+  which skip ``atexit``, a multiprocessing finalizer) and SIGTERM (a handler installed from the
   main thread only, chaining the previous one; an engine that installs its own SIGTERM handler
   later replaces it, and then only ``atexit`` flushes). After ``fork`` the child drops the
   parent's queue and starts its own writer when it needs one.
@@ -147,7 +148,7 @@ def enable(dataset_path: Optional[Union[str, os.PathLike]] = None, definitions=N
         for sub in ("workloads", "blob", "definitions"):
             os.makedirs(os.path.join(cfg.dataset_path, sub), exist_ok=True)
         t = Tracer(cfg, _REGISTRY)
-        _install_hooks(cfg)
+        _install_hooks(cfg, t)
         if cfg.export_env:
             export_to_env(cfg)
         _TRACER = t
@@ -229,11 +230,25 @@ def _on_sigterm(signum, frame) -> None:
         os.kill(os.getpid(), signum)
 
 
-def _install_hooks(cfg: TraceConfig) -> None:
+def _mp_child(t: Tracer) -> None:
+    """In a ``multiprocessing`` fork child: it ends with ``os._exit`` (no ``atexit``), so flush
+    from a multiprocessing finalizer, which its exit path does run."""
+    import multiprocessing.util as mpu
+
+    mpu.Finalize(None, _at_exit, exitpriority=100)
+
+
+def _install_hooks(cfg: TraceConfig, t: Tracer) -> None:
     global _ATEXIT_INSTALLED, _SIGTERM_INSTALLED, _PREV_SIGTERM, _FORK_INSTALLED
     if not _ATEXIT_INSTALLED:
         atexit.register(_at_exit)
         _ATEXIT_INSTALLED = True
+    try:
+        import multiprocessing.util as mpu
+
+        mpu.register_after_fork(t, _mp_child)
+    except Exception:  # pragma: no cover - multiprocessing always importable on CPython
+        pass
     if not _FORK_INSTALLED and hasattr(os, "register_at_fork"):
         os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
                             after_in_child=_after_fork_child)

@@ -204,6 +204,9 @@ class Tracer:
         """Locks, queue, writer and per-process counters (also the fresh state of a forked child)."""
         self._lock = threading.Lock()
         self._mlock = threading.Lock()
+        # held by the writer while it is inside torch / safetensors / file / metrics code: a fork
+        # waits for it, so the child never inherits a library lock held by a thread it lacks
+        self.work_lock = threading.Lock()
         self.queue: "queue.Queue" = queue.Queue(maxsize=max(1, self.config.queue_size))
         self.writer = None
         self.drops: Dict[str, int] = defaultdict(int)
@@ -515,7 +518,8 @@ class Tracer:
             now = time.monotonic()
             if force or now - self._prom_at >= _PROM_INTERVAL:
                 self._prom_at = now
-                metrics.flush()
+                with self.work_lock:
+                    metrics.flush()
         except Exception:  # metrics never break tracing
             log.debug("fib-runtime tracer: metrics push failed", exc_info=True)
         finally:
@@ -536,8 +540,15 @@ class Tracer:
     # ---- fork ----------------------------------------------------------------------------------
     def before_fork(self) -> None:
         self._lock.acquire()
+        if not self.work_lock.acquire(timeout=max(1.0, self.config.flush_timeout)):
+            self._fork_unsafe = True  # a write hangs (dead disk?): fork anyway, say so once
+            log.warning("fib-runtime tracer: forking while the trace writer is busy")
+        else:
+            self._fork_unsafe = False
 
     def after_fork_parent(self) -> None:
+        if not getattr(self, "_fork_unsafe", False):
+            self.work_lock.release()
         self._lock.release()
 
     def after_fork_child(self) -> None:

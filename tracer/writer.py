@@ -1,7 +1,9 @@
 """The tracer's background writer: turns queued entries into blobs and JSONL lines.
 
 One daemon thread per process, started at the first kept call (a forked child starts its own at
-its first kept call; no thread is inherited). For each entry it waits for the entry's CUDA
+its first kept call; no thread is inherited). It does its work (torch, safetensors, file and
+metrics calls) under ``Tracer.work_lock``, which a ``fork`` waits for: the child never inherits
+a library lock held by the writer thread it does not have. For each entry it waits for the entry's CUDA
 events (the non-blocking copies), writes the dumped tensors to
 ``blob/workloads/<op_type>/<definition>/<definition>_<uuid4>.safetensors`` (temp file + rename,
 so a blob is either whole or absent), *then* appends the workload line to
@@ -105,7 +107,8 @@ def write_batch(t, entries: List, defs_written: set) -> None:
     try:
         for e in entries:
             try:
-                line, nbytes = _write_one(t, root, e, defs_written, cap)
+                with t.work_lock:
+                    line, nbytes = _write_one(t, root, e, defs_written, cap)
                 if line is not None:
                     lines[workload_rel(e.state.op_type, e.state.name)].append(line)
                     per_def[e.state.name] += 1
@@ -117,7 +120,8 @@ def write_batch(t, entries: List, defs_written: set) -> None:
                 t.bytes_dequeued += e.est_bytes
         for rel, ls in lines.items():
             try:
-                n = append_lines(root / rel, ls)
+                with t.work_lock:
+                    n = append_lines(root / rel, ls)
                 t.bytes_written += n - sum(len(x) + 1 for x in ls)  # newline repair, if any
                 metrics.inc_trace_bytes(n)
             except Exception:
