@@ -95,7 +95,7 @@ def test_sampling_through_the_runner(tmp_path):
         "uuid": str(uuid.uuid4()), "axes": {"batch_size": 3}, "inputs": {n: {"type": "random"} for n in d.inputs}}})])
     for s, _ in zoo(d, include=["correct", "biased", "wrong_dtype"]).values():
         ds.add_solution(s)
-    summary = run_bench(ds, cfg=BenchConfig(warmup=1, iterations=2, trials=1, sampling=SMALL), devices="cpu:0",
+    summary = run_bench(ds, cfg=BenchConfig(warmup=1, iterations=2, trials=1, sampling=SMALL, cpu_threads=1), devices="cpu:0",
                         inline=True, progress=False, reference=True)
     got = {t.solution: t.evaluation for t in summary.traces}
     assert got[f"zoo_correct_{d.name}"].status.value == "PASSED"

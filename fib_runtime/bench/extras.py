@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 from typing import List, Optional
 
 from ..schema import Solution
@@ -155,7 +154,7 @@ def baseline_source(definition) -> Optional[str]:
     if "joint" in definition.name and "top_k_top_p" in fn:
         kwargs["filter_apply_order"] = "joint"
     out_dtypes = [s.dtype for s in definition.outputs.values()]
-    return _GENERIC.format(api=api, kwargs=json.dumps(kwargs).replace("true", "True").replace("false", "False"),
+    return _GENERIC.format(api=api, kwargs=repr(kwargs),
                            out_dtypes=out_dtypes, inplace=inplace, result_arg=result_arg)
 
 

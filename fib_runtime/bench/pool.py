@@ -280,7 +280,10 @@ class InlinePool:
 
         from .worker import capture_fds
 
+        import torch
+
         label = self.devices[0]
+        threads = torch.get_num_threads()
         state = WorkerState(label, self.root, self.cfg)
         env = snapshot(label)
         fd, log_path = tempfile.mkstemp(prefix="fib-bench-inline-", suffix=".log")
@@ -299,3 +302,4 @@ class InlinePool:
                 on_result(t, r, env, label)
         finally:
             os.unlink(log_path)
+            torch.set_num_threads(threads)

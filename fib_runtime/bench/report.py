@@ -11,8 +11,8 @@ Files written under ``out``:
 - ``report.json``: everything in machine form;
 - ``dispatch_table.json``: what the dispatcher would choose per (definition, signature).
 
-Per definition (on one hardware class at a time: the most frequent one unless ``hardware`` is
-given; the rows of other classes are counted and left out):
+Per definition (on one hardware class at a time: ``hardware`` if given, else this machine's class
+when it has rows, else the most frequent one; rows of other classes are counted and left out):
 
 - **Latest evaluation** per (workload, solution) counts (a ``--force`` re-run replaces the old).
 - **Baseline** latency of a workload: the fastest PASSED solution of author ``baseline`` (the
@@ -61,6 +61,21 @@ def _gmean(xs: List[float]) -> Optional[float]:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
+def _this_machine() -> str:
+    try:
+        from ..dispatch.hardware import detect_hardware
+
+        return detect_hardware()
+    except Exception:
+        return "CPU"
+
+
+def _default_hardware(classes: Counter) -> str:
+    """This machine's hardware class when it has rows, else the most frequent class."""
+    here = _this_machine()
+    return here if classes.get(here) else classes.most_common(1)[0][0]
+
+
 def fast_p(speedups: List[Optional[float]], p: float) -> float:
     """Share of workloads (``None`` = failed / missing) on which speedup > p."""
     if not speedups:
@@ -85,7 +100,7 @@ def analyse_definition(ds: Dataset, name: str, hardware: Optional[str] = None) -
     if not all_traces:
         return None
     classes = Counter(_hw_class(t.evaluation.environment.hardware) for t in all_traces)
-    hw = hardware or classes.most_common(1)[0][0]
+    hw = hardware or _default_hardware(classes)
     traces = [t for t in all_traces if _hw_class(t.evaluation.environment.hardware) == hw]
     latest = _latest(traces)
     authors = {s.name: s.author for s in ds.solutions_for(name)}
@@ -293,7 +308,7 @@ def build_report(dataset: Union[str, Path, Dataset], out: Union[str, Path] = "re
         info["fast_p_png"] = png.name if _plot_fast_p(info, png) else None
         infos.append(info)
     hw_all = Counter(i["hardware"] for i in infos)
-    hw = hardware or (hw_all.most_common(1)[0][0] if hw_all else "CPU")
+    hw = hardware or (_default_hardware(hw_all) if hw_all else _this_machine())
     table = dispatch_table(ds, hw)
     (out / "dispatch_table.json").write_text(json.dumps(table, indent=2, default=str) + "\n")
     data = {"dataset": str(ds.root), "hardware": hw, "definitions": infos, "dispatch_table": "dispatch_table.json"}
