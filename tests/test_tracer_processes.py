@@ -85,33 +85,47 @@ def _check_dataset(root: Path, expect: int):
 
 
 WORKER = r"""
-rank = int(sys.argv[1])
-tracer.enable(ROOT, ranks="all", rate_limit=None, default_policy=OPEN)
-tracer.register_definition(DEFN)
-while not os.path.exists(os.path.join(ROOT, "go")):
-    time.sleep(0.001)
-for i in range(40):
-    tracer.record(DEFN["name"], call(1 + i, 1 + (i % 7)))
-    tracer.record(DEFN["name"], call(1 + i, 1 + (i % 7)))   # a dedup hit each time
-st = tracer.stats()
-assert tracer.flush(30)
-st = tracer.stats()
-assert st["records"] == {DEFN["name"]: 40}, st
-assert st["dropped"] == {"dedup": 40}, st
+# one launcher imports torch once, then forks 8 workers (separate processes, separate tracers)
+def worker(rank):
+    tracer.enable(ROOT, ranks="all", rate_limit=None, default_policy=OPEN)
+    tracer.register_definition(DEFN)
+    while not os.path.exists(os.path.join(ROOT, "go")):
+        time.sleep(0.001)
+    for i in range(40):
+        tracer.record(DEFN["name"], call(1 + i, 1 + (i % 7)))
+        tracer.record(DEFN["name"], call(1 + i, 1 + (i % 7)))   # a dedup hit each time
+    assert tracer.flush(60)
+    st = tracer.stats()
+    assert st["records"] == {DEFN["name"]: 40}, st
+    assert st["dropped"] == {"dedup": 40}, st
+
+os.makedirs(ROOT, exist_ok=True)
+pids = []
+for rank in range(8):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            worker(rank)
+            code = 0
+        except BaseException:
+            import traceback; traceback.print_exc()
+        finally:
+            os._exit(code)
+    pids.append(pid)
+time.sleep(0.5)
+open(os.path.join(ROOT, "go"), "w").close()
+codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids]
+print(json.dumps(codes))
 """
 
 
 def test_eight_processes_same_definition(tmp_path):
     root = tmp_path / "trace"
-    root.mkdir()
-    procs = [subprocess.Popen([sys.executable, "-c", PRELUDE + WORKER, str(r)], env=_env(root),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(8)]
-    time.sleep(1.0)
-    (root / "go").write_text("")
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
+    p = _run(WORKER, root)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    assert json.loads(out) == [0] * 8, err
     _check_dataset(root, 8 * 40)
     # one blob per line, nothing orphaned, no temp file left behind
     blobs = list((root / "blob").rglob("*.safetensors"))
