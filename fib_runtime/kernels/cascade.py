@@ -88,8 +88,8 @@ def merge_state_in_place(v, s, v_other, s_other, mask=None) -> None:
     if not v.is_contiguous():
         raise ValueError("merge_state_in_place: v must be contiguous (it is updated in place)")
     hd = v.shape[-1]
-    if hd % 8 or (256 % (hd // 8)):
-        raise ValueError(f"merge_state_in_place: head_dim {hd} unsupported (need 8 * 2^k <= 2048)")
+    if hd % 8 or hd > 2048:
+        raise ValueError(f"merge_state_in_place: head_dim {hd} unsupported (multiple of 8, at most 2048)")
     s_work = s if (s.dtype == torch.float32 and s.is_contiguous()) else s.to(torch.float32).contiguous()
     s_other = s_other.to(torch.float32).contiguous()
     v_other = v_other.contiguous()
@@ -166,24 +166,32 @@ def max_stages(head_dim: int) -> int:
     return 3 if head_dim <= 128 else 2
 
 
+# Tuning knobs (benchmarks flip them to compare variants; defaults are what the plans use).
+TUNING = {"wide_shared": False}
+
+
 def default_ctas_per_sm(head_dim: int, warps_m: int, stages_alloc: int) -> int:
     """Resident CTAs per SM estimate (H100/H200: 227 KB smem, 64K registers) when no GPU."""
-    regs = {64: {4: 141, 2: 130, 1: 96}, 128: {4: 176, 2: 170, 1: 168}, 256: {4: 249, 2: 238, 1: 204}}
+    regs = {64: {4: 163, 2: 142, 1: 128}, 128: {8: 237, 4: 237, 2: 210, 1: 161},
+            256: {4: 255, 2: 255, 1: 241}}
     r = regs[head_dim][warps_m]
-    by_regs = 65536 // (((r + 7) // 8) * 8 * 128)
+    threads = 32 * max(4, warps_m)
+    by_regs = 65536 // (((r + 7) // 8) * 8 * threads)
     by_smem = (228 * 1024) // (level_smem_bytes(head_dim, warps_m, stages_alloc) + 1024)
     return max(1, min(by_regs, by_smem, 16))
 
 
 def level_smem_bytes(head_dim: int, warps_m: int, stages_alloc: int) -> int:
-    wk = 4 // warps_m
+    wk = max(1, 4 // warps_m)
     rows = 16 * warps_m
     kv = stages_alloc * 2 * TILE_KV * head_dim * 2
     stg = wk * rows * (head_dim + 4) * 4
     return rows * head_dim * 2 + max(kv, stg) + wk * rows * 4
 
 
-def choose_warps_m(max_rows: int) -> int:
+def choose_warps_m(max_rows: int, head_dim: int = 128) -> int:
+    if TUNING.get("wide_shared") and head_dim == 128 and max_rows >= 128:
+        return 8
     if max_rows > 32:
         return 4
     if max_rows > 16:
@@ -244,7 +252,7 @@ def plan_level(
         kv_lens.append(kl)
     rows = [q * group_size for q in qo_lens]
     max_rows = max(rows) if rows else 0
-    wm = choose_warps_m(max_rows)
+    wm = choose_warps_m(max_rows, head_dim)
     tile_rows = 16 * wm
     wg, wr = [], []
     for g in range(n):
@@ -425,7 +433,7 @@ class MultiLevelCascadeAttentionWrapper:
 
             def dev_i32(x, buf=None):
                 t = x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=torch.int32)
-                t = t.to(device=device, dtype=torch.int32)
+                t = t.to(device=device, dtype=torch.int32, copy=True)  # own copy: caller may reuse its tensor
                 if buf is not None:
                     buf[: t.numel()].copy_(t, non_blocking=True)
                     return buf

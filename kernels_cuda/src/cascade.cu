@@ -37,6 +37,7 @@ void check_cuda(const TensorView& t, const char* name) {
 }
 
 bool is_contig(const TensorView& t) {
+  if (t.numel() == 0) return true;
   int64_t expect = 1;
   for (int i = t.ndim() - 1; i >= 0; --i) {
     if (t.size(i) != 1 && t.stride(i) != expect) return false;
@@ -62,13 +63,13 @@ void launch_merge_state(const TensorView& va, const TensorView& sa, const Tensor
                         cudaStream_t st) {
   int64_t rows = va.size(0) * va.size(1);
   int tpr = static_cast<int>(va.size(2) / 8);
-  int64_t chunks = rows * tpr;
-  if (chunks == 0) return;
-  int64_t blocks = (chunks + 256 * kUnroll - 1) / (256 * kUnroll);
-  merge_state_kernel<T, kUnroll><<<static_cast<unsigned>(blocks), 256, 0, st>>>(
+  if (rows == 0 || tpr == 0) return;
+  int rpb = 256 / tpr;
+  int64_t blocks = (rows + rpb * kUnroll - 1) / (rpb * kUnroll);
+  merge_state_kernel<T, kUnroll><<<static_cast<unsigned>(blocks), dim3(tpr, rpb), 0, st>>>(
       static_cast<const T*>(va.data_ptr()), static_cast<const float*>(sa.data_ptr()),
       static_cast<const T*>(vb.data_ptr()), static_cast<const float*>(sb.data_ptr()),
-      static_cast<T*>(vo.data_ptr()), static_cast<float*>(so.data_ptr()), chunks, tpr);
+      static_cast<T*>(vo.data_ptr()), static_cast<float*>(so.data_ptr()), static_cast<int>(rows));
   check_launch("merge_state");
 }
 
@@ -86,7 +87,8 @@ void merge_state(TensorView v_a, TensorView s_a, TensorView v_b, TensorView s_b,
   TVM_FFI_ICHECK(s_a.size(0) == v_a.size(0) && s_a.size(1) == v_a.size(1) &&
                  s_b.size(0) == v_a.size(0) && s_b.size(1) == v_a.size(1))
       << "merge_state: s shape mismatch";
-  TVM_FFI_ICHECK(v_a.size(2) % 8 == 0) << "merge_state: head_dim must be a multiple of 8";
+  TVM_FFI_ICHECK(v_a.size(2) % 8 == 0 && v_a.size(2) <= 2048)
+      << "merge_state: head_dim must be a multiple of 8, at most 2048";
   TVM_FFI_ICHECK(dtype_of(s_a) == DT::kF32 && dtype_of(s_b) == DT::kF32 &&
                  dtype_of(s_merged) == DT::kF32)
       << "merge_state: s must be float32";
@@ -106,13 +108,13 @@ void launch_merge_in_place(const TensorView& v, const TensorView& s, const Tenso
                            const TensorView& sb, const uint8_t* mask, cudaStream_t st) {
   int64_t rows = v.size(0) * v.size(1);
   int tpr = static_cast<int>(v.size(2) / 8);
-  int64_t chunks = rows * tpr;
-  if (chunks == 0) return;
-  int64_t blocks = (chunks + 256 * kUnroll - 1) / (256 * kUnroll);
-  merge_state_in_place_kernel<T, kUnroll><<<static_cast<unsigned>(blocks), 256, 0, st>>>(
+  if (rows == 0 || tpr == 0) return;
+  int rpb = 256 / tpr;
+  int64_t blocks = (rows + rpb * kUnroll - 1) / (rpb * kUnroll);
+  merge_state_in_place_kernel<T, kUnroll><<<static_cast<unsigned>(blocks), dim3(tpr, rpb), 0, st>>>(
       static_cast<T*>(v.data_ptr()), static_cast<float*>(s.data_ptr()),
-      static_cast<const T*>(vb.data_ptr()), static_cast<const float*>(sb.data_ptr()), mask, chunks,
-      tpr, static_cast<int>(v.size(1)));
+      static_cast<const T*>(vb.data_ptr()), static_cast<const float*>(sb.data_ptr()), mask,
+      static_cast<int>(rows), static_cast<int>(v.size(1)));
   check_launch("merge_state_in_place");
 }
 
@@ -130,8 +132,8 @@ void merge_state_in_place(TensorView v, TensorView s, TensorView v_other, Tensor
                  s_other.size(0) == v.size(0) && s_other.size(1) == v.size(1))
       << "merge_state_in_place: s shape mismatch";
   int64_t tpr = v.size(2) / 8;
-  TVM_FFI_ICHECK(v.size(2) % 8 == 0 && tpr > 0 && tpr <= 256 && (256 % tpr) == 0)
-      << "merge_state_in_place: head_dim must be 8 * 2^k <= 2048";
+  TVM_FFI_ICHECK(v.size(2) % 8 == 0 && tpr > 0 && tpr <= 256)
+      << "merge_state_in_place: head_dim must be a multiple of 8, at most 2048";
   TVM_FFI_ICHECK(dtype_of(s) == DT::kF32 && dtype_of(s_other) == DT::kF32)
       << "merge_state_in_place: s must be float32";
   const uint8_t* mptr = nullptr;
@@ -160,12 +162,12 @@ void launch_merge_states(const void* v, const float* s, void* vo, float* so, int
                          int64_t v_hs, int64_t s_ts, int64_t s_ss, int64_t o_ts, int64_t o_hs,
                          cudaStream_t st) {
   int tpr = head_dim / 8;
-  int64_t n = num_rows * tpr;
-  if (n == 0) return;
-  int64_t blocks = (n + 255) / 256;
-  merge_states_kernel<TIn, TOut><<<static_cast<unsigned>(blocks), 256, 0, st>>>(
-      static_cast<const TIn*>(v), s, static_cast<TOut*>(vo), so, num_rows, num_heads, tpr,
-      num_states, v_ts, v_ss, v_hs, s_ts, s_ss, o_ts, o_hs);
+  if (num_rows == 0 || tpr == 0) return;
+  int rpb = 256 / tpr;
+  int64_t blocks = (num_rows + rpb - 1) / rpb;
+  merge_states_kernel<TIn, TOut><<<static_cast<unsigned>(blocks), dim3(tpr, rpb), 0, st>>>(
+      static_cast<const TIn*>(v), s, static_cast<TOut*>(vo), so, static_cast<int>(num_rows),
+      num_heads, num_states, v_ts, v_ss, v_hs, s_ts, s_ss, o_ts, o_hs);
   check_launch("merge_states");
 }
 
@@ -179,7 +181,8 @@ void merge_states(TensorView v, TensorView s, TensorView v_merged, TensorView s_
          "num_states, num_heads]";
   TVM_FFI_ICHECK(v.size(0) == s.size(0) && v.size(1) == s.size(1) && v.size(2) == s.size(2))
       << "merge_states: shape mismatch";
-  TVM_FFI_ICHECK(v.size(3) % 8 == 0) << "merge_states: head_dim must be a multiple of 8";
+  TVM_FFI_ICHECK(v.size(3) % 8 == 0 && v.size(3) <= 2048)
+      << "merge_states: head_dim must be a multiple of 8, at most 2048";
   TVM_FFI_ICHECK(dtype_of(s) == DT::kF32 && dtype_of(s_merged) == DT::kF32)
       << "merge_states: s must be float32";
   int64_t n = v.size(0), S = v.size(1), H = v.size(2), D = v.size(3);
@@ -211,7 +214,7 @@ void launch_level_t(const LevelParams& p, dim3 grid, int stages_alloc, cudaStrea
     attr_set = true;
   }
   int smem = level_smem<D, WM, WK>(stages_alloc);
-  kern<<<grid, 128, smem, st>>>(p);
+  kern<<<grid, 32 * WM * WK, smem, st>>>(p);
   check_launch("cascade_level");
 }
 
@@ -221,12 +224,18 @@ int occupancy_t(int stages_alloc) {
   int mx = level_smem<D, WM, WK>(LevelCfg<D>::STAGES);
   cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
   int n = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 128, level_smem<D, WM, WK>(stages_alloc));
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 32 * WM * WK, level_smem<D, WM, WK>(stages_alloc));
   return n;
 }
 
 template <typename T, int D>
 void dispatch_wm(int wm, const LevelParams& p, dim3 grid, int stages_alloc, cudaStream_t st) {
+  if constexpr (D == 128) {
+    if (wm == 8) {
+      launch_level_t<T, D, 8, 1>(p, grid, stages_alloc, st);
+      return;
+    }
+  }
   if (wm == 4)
     launch_level_t<T, D, 4, 1>(p, grid, stages_alloc, st);
   else if (wm == 2)
@@ -348,6 +357,7 @@ int64_t level_occupancy(int64_t is_bf16, int64_t head_dim, int64_t warps_m, int6
     if (warps_m == 2) return occupancy_t<T, 64, 2, 2>(sa);              \
     return occupancy_t<T, 64, 1, 4>(sa);                                \
   } else if (head_dim == 128) {                                         \
+    if (warps_m == 8) return occupancy_t<T, 128, 8, 1>(sa);             \
     if (warps_m == 4) return occupancy_t<T, 128, 4, 1>(sa);             \
     if (warps_m == 2) return occupancy_t<T, 128, 2, 2>(sa);             \
     return occupancy_t<T, 128, 1, 4>(sa);                               \
@@ -366,7 +376,7 @@ int64_t level_occupancy(int64_t is_bf16, int64_t head_dim, int64_t warps_m, int6
 
 int64_t level_smem_bytes(int64_t head_dim, int64_t warps_m, int64_t stages_alloc) {
   int sa = static_cast<int>(stages_alloc);
-  int wk = static_cast<int>(4 / warps_m);
+  int wk = warps_m >= 4 ? 1 : static_cast<int>(4 / warps_m);
   int rows = 16 * static_cast<int>(warps_m);
   int d = static_cast<int>(head_dim);
   int kv = sa * 2 * 64 * d * 2, stg = wk * rows * (d + 4) * 4;

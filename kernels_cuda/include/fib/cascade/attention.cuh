@@ -8,9 +8,9 @@
 // B*G queries of a KV head run as a tensor-core GEMM; for the unique level each group is one
 // request.
 //
-// CTA = 4 warps. Rows of a tile are packed (query token, head-in-group) pairs of one KV head:
+// CTA = 4 warps (or 8 warps x 16 rows for large shared levels). Rows of a tile are packed (query token, head-in-group) pairs of one KV head:
 // row r of group g <-> token r / G, qo head kv_head * G + r % G (FlashInfer's packing).
-// WM warps split the rows (16 each), WK warps split the keys of each 64-key tile; WM * WK = 4.
+// WM warps split the rows (16 each), WK warps split the keys of each 64-key tile.
 // The KV range of a group is split into chunks of kv_chunk keys (grid.z); each split writes a
 // partial state (fp32 o, base-2 lse) to a workspace slot, or - in "final" mode, with one split -
 // merges its state with all previously written slots of the row and writes the output.
@@ -47,11 +47,12 @@ struct LevelParams {
   int64_t o_stride_n, o_stride_h;
 };
 
-template <int D>
+template <int D, int WM = 4>
 struct LevelCfg {
+  // 16-row tiles (decode-like levels) re-read Q from smem: frees registers for 4 CTAs/SM
+  static constexpr bool Q_IN_REGS = D <= 128 && WM > 1;
   static constexpr int TILE_KV = 64;
   static constexpr int STAGES = D <= 128 ? 3 : 2;
-  static constexpr bool Q_IN_REGS = D <= 128;
   static constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
   static constexpr int STG_STRIDE = D + 4;  // fp32 staging row stride
 };
@@ -63,9 +64,9 @@ __device__ __forceinline__ int swz(int row, int col) {
 }
 
 template <typename T, int D, int WM, int WK>
-__global__ void __launch_bounds__(128, (WM == 1 && D <= 128) ? 3 : 2)
+__global__ void __launch_bounds__(32 * WM * WK, (WM == 1 && D <= 128) ? 4 : (WM * WK == 8 ? 1 : 2))
     cascade_level_kernel(const LevelParams p) {
-  using Cfg = LevelCfg<D>;
+  using Cfg = LevelCfg<D, WM>;
   constexpr int TILE_KV = Cfg::TILE_KV;
   constexpr int STAGES = Cfg::STAGES;
   constexpr int ROWS = 16 * WM;
@@ -74,7 +75,8 @@ __global__ void __launch_bounds__(128, (WM == 1 && D <= 128) ? 3 : 2)
   constexpr int KS = D / 16;         // k-steps over head dim
   constexpr int DT = D / 8;          // output n-tiles
   constexpr int CH = Cfg::CHUNKS;
-  static_assert(WM * WK == 4, "4 warps");
+  constexpr int NTHR = 32 * WM * WK;
+  static_assert(WM * WK == 4 || (WM == 8 && WK == 1), "4 warps, or 8 warps x 16 rows");
   static_assert(NKW % 16 == 0, "keys per warp must be a multiple of 16");
 
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(128, (WM == 1 && D <= 128) ? 3 : 2)
   // ---------------- Q tile -> smem (zero rows past the group)
   {
     const T* qg = reinterpret_cast<const T*>(p.q);
-    for (int c = tid; c < ROWS * CH; c += 128) {
+    for (int c = tid; c < ROWS * CH; c += NTHR) {
       int r = c / CH, ch = c % CH;
       int gr = row0 + r;
       bool valid = gr < nrows;
@@ -128,26 +130,46 @@ __global__ void __launch_bounds__(128, (WM == 1 && D <= 128) ? 3 : 2)
     cp_async_commit();
   }
 
-  auto load_tile = [&](int t) {
-    int stage = t % STAGES;
+  // KV tile loads. Each thread copies rows r = tid / CH + i * RSTEP (16-byte chunk tid % CH) of
+  // K and V. The page ids of the rows of the next tile to issue are loaded one iteration ahead
+  // (registers), so the dependent page-table read never sits on the critical path.
+  constexpr int RSTEP = NTHR / CH;
+  constexpr int NR = TILE_KV / RSTEP;
+  const int ch = tid % CH;
+  const int rbase = tid / CH;
+  const unsigned ps_u = static_cast<unsigned>(p.page_size);
+  const unsigned ps_magic = ps_u > 1 ? 0xFFFFFFFFu / ps_u + 1u : 0u;
+  int pg[NR];  // page id (or -1) for rows of tile `pg_tile`
+  auto fetch_pages = [&](int t) {
+    const int kbase = k_begin + t * TILE_KV;
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+      const int kpos = kbase + rbase + i * RSTEP;
+      int v = -1;
+      if (kpos < k_end) {
+        const int pi = ps_u > 1 ? static_cast<int>(__umulhi(static_cast<unsigned>(kpos), ps_magic)) : kpos;
+        v = __ldg(p.kv_indices + pg_start + pi);
+      }
+      pg[i] = v;
+    }
+  };
+  auto issue_tile = [&](int t) {
+    const int stage = t % STAGES;
     T* ks = kv_s + stage * 2 * TILE_KV * D;
     T* vs = ks + TILE_KV * D;
-    int kbase = k_begin + t * TILE_KV;
-    // each thread: rows r = tid / CH + i * (128 / CH)
-    constexpr int RSTEP = 128 / CH;
-    const int ch = tid % CH;
+    const int kbase = k_begin + t * TILE_KV;
 #pragma unroll
-    for (int i = 0; i < TILE_KV / RSTEP; ++i) {
-      const int r = tid / CH + i * RSTEP;
-      int kpos = kbase + r;
-      bool valid = kpos < k_end;
+    for (int i = 0; i < NR; ++i) {
+      const int r = rbase + i * RSTEP;
+      const int kpos = kbase + r;
+      const bool valid = pg[i] >= 0;
       const T* ksrc = kg;
       const T* vsrc = vg;
       if (valid) {
-        int pi = kpos / p.page_size;
-        int off = kpos - pi * p.page_size;
-        int64_t page = p.kv_indices[pg_start + pi];
-        int64_t o = page * p.kv_stride_page + (int64_t)off * p.kv_stride_tok + head_off + ch * 8;
+        const int pi = ps_u > 1 ? static_cast<int>(__umulhi(static_cast<unsigned>(kpos), ps_magic)) : kpos;
+        const int off = kpos - pi * p.page_size;
+        const int64_t o = static_cast<int64_t>(pg[i]) * p.kv_stride_page +
+                          static_cast<int64_t>(off) * p.kv_stride_tok + head_off + ch * 8;
         ksrc = kg + o;
         vsrc = vg + o;
       }
@@ -158,9 +180,13 @@ __global__ void __launch_bounds__(128, (WM == 1 && D <= 128) ? 3 : 2)
 
 #pragma unroll
   for (int t = 0; t < STAGES - 1; ++t) {
-    if (t < ntiles) load_tile(t);
+    if (t < ntiles) {
+      fetch_pages(t);
+      issue_tile(t);
+    }
     cp_async_commit();
   }
+  if (STAGES - 1 < ntiles) fetch_pages(STAGES - 1);
 
   // per-thread rows: lane/4 and lane/4 + 8 of this warp's m-tile
   int kmax[2];
@@ -196,7 +222,10 @@ __global__ void __launch_bounds__(128, (WM == 1 && D <= 128) ? 3 : 2)
   for (int t = 0; t < ntiles; ++t) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
-    if (t + STAGES - 1 < ntiles) load_tile(t + STAGES - 1);
+    if (t + STAGES - 1 < ntiles) {
+      issue_tile(t + STAGES - 1);  // page ids fetched last iteration
+      if (t + STAGES < ntiles) fetch_pages(t + STAGES);
+    }
     cp_async_commit();
 
     const int stage = t % STAGES;
@@ -209,22 +238,24 @@ __global__ void __launch_bounds__(128, (WM == 1 && D <= 128) ? 3 : 2)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int krow = kofs + nt * 8 + (lane & 7);
+    for (int kp = 0; kp < KS / 2; ++kp) {
+      uint32_t b[NT][4];
 #pragma unroll
-      for (int kp = 0; kp < KS / 2; ++kp) {
-        uint32_t b[4];
-        ldmatrix_x4(b, smem_u32(ks + swz<D>(krow, kp * 32 + (lane >> 3) * 8)));
-        if constexpr (Cfg::Q_IN_REGS) {
-          mma16816<T>(s[nt], qf[2 * kp], b[0], b[1]);
-          mma16816<T>(s[nt], qf[2 * kp + 1], b[2], b[3]);
-        } else {
-          uint32_t a0[4], a1[4];
-          ldmatrix_x4(a0, smem_u32(q_s + swz<D>(q_row_l, (2 * kp) * 16 + q_col_l)));
-          ldmatrix_x4(a1, smem_u32(q_s + swz<D>(q_row_l, (2 * kp + 1) * 16 + q_col_l)));
-          mma16816<T>(s[nt], a0, b[0], b[1]);
-          mma16816<T>(s[nt], a1, b[2], b[3]);
-        }
+      for (int nt = 0; nt < NT; ++nt)
+        ldmatrix_x4(b[nt], smem_u32(ks + swz<D>(kofs + nt * 8 + (lane & 7), kp * 32 + (lane >> 3) * 8)));
+      if constexpr (Cfg::Q_IN_REGS) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma16816<T>(s[nt], qf[2 * kp], b[nt][0], b[nt][1]);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma16816<T>(s[nt], qf[2 * kp + 1], b[nt][2], b[nt][3]);
+      } else {
+        uint32_t a0[4], a1[4];
+        ldmatrix_x4(a0, smem_u32(q_s + swz<D>(q_row_l, (2 * kp) * 16 + q_col_l)));
+        ldmatrix_x4(a1, smem_u32(q_s + swz<D>(q_row_l, (2 * kp + 1) * 16 + q_col_l)));
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma16816<T>(s[nt], a0, b[nt][0], b[nt][1]);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma16816<T>(s[nt], a1, b[nt][2], b[nt][3]);
       }
     }
 
@@ -280,12 +311,20 @@ __global__ void __launch_bounds__(128, (WM == 1 && D <= 128) ? 3 : 2)
       a[2] = TypeTraits<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       a[3] = TypeTraits<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
       const int vrow = kofs + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      constexpr int DP = D / 16;
+      constexpr int DPB_MAX = WM == 1 ? 2 : 8;  // fragments loaded per batch (register budget)
+      constexpr int DPB = DP > DPB_MAX ? DPB_MAX : DP;
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, smem_u32(vs + swz<D>(vrow, dp * 16 + (lane >> 4) * 8)));
-        mma16816<T>(o[2 * dp], a, b[0], b[1]);
-        mma16816<T>(o[2 * dp + 1], a, b[2], b[3]);
+      for (int db = 0; db < DP; db += DPB) {
+        uint32_t b[DPB][4];
+#pragma unroll
+        for (int j = 0; j < DPB; ++j)
+          ldmatrix_x4_trans(b[j], smem_u32(vs + swz<D>(vrow, (db + j) * 16 + (lane >> 4) * 8)));
+#pragma unroll
+        for (int j = 0; j < DPB; ++j) {
+          mma16816<T>(o[2 * (db + j)], a, b[j][0], b[j][1]);
+          mma16816<T>(o[2 * (db + j) + 1], a, b[j][2], b[j][3]);
+        }
       }
     }
   }
@@ -328,7 +367,7 @@ __global__ void __launch_bounds__(128, (WM == 1 && D <= 128) ? 3 : 2)
 
   // ---------------- row-wise merge of the WK warp states (+ previous slots) and write-out
   constexpr int TPR = D / 4;  // threads per row, 4 floats each
-  constexpr int RPI = 128 / TPR;
+  constexpr int RPI = NTHR / TPR;
   const int c4 = (tid % TPR) * 4;
   for (int r = tid / TPR; r < ROWS; r += RPI) {
     int gr = row0 + r;

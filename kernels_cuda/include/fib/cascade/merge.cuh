@@ -22,84 +22,75 @@ __device__ __forceinline__ void merge2_weights(float sa, float sb, float& wa, fl
   s_out = ptx_log2(d) + m;
 }
 
-// One thread = 8 contiguous elements of one row (row = (token, head)); tpr = head_dim / 8.
-// Each thread handles ROWS_PER_THREAD chunks spaced by the grid stride so several independent
-// 16-byte loads are in flight.
+// Thread layout of the merge kernels: blockDim = (tpr, rpb) with tpr = head_dim / 8 threads per
+// row (one 16-byte vector each) and rpb rows per block; each thread handles UNROLL rows
+// (row = (blockIdx.x * UNROLL + u) * rpb + threadIdx.y), all loads issued before any math.
 template <typename T, int UNROLL>
 __global__ void __launch_bounds__(256) merge_state_kernel(
     const T* __restrict__ va, const float* __restrict__ sa, const T* __restrict__ vb,
-    const float* __restrict__ sb, T* __restrict__ vo, float* __restrict__ so, int64_t num_chunks,
-    int tpr) {
-  int64_t base = (int64_t)blockIdx.x * blockDim.x * UNROLL + threadIdx.x;
+    const float* __restrict__ sb, T* __restrict__ vo, float* __restrict__ so, int num_rows) {
+  const int tpr = blockDim.x, rpb = blockDim.y, cx = threadIdx.x;
   float a[UNROLL][8], b[UNROLL][8], xa[UNROLL], xb[UNROLL];
-  bool ok[UNROLL];
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
-    int64_t c = base + (int64_t)u * blockDim.x;
-    ok[u] = c < num_chunks;
-    if (ok[u]) {
-      int64_t row = c / tpr;
+    const int row = (blockIdx.x * UNROLL + u) * rpb + threadIdx.y;
+    if (row < num_rows) {
+      const int64_t e = (static_cast<int64_t>(row) * tpr + cx) * 8;
       xa[u] = __ldg(sa + row);
       xb[u] = __ldg(sb + row);
-      load8<T>(va + c * 8, a[u]);
-      load8<T>(vb + c * 8, b[u]);
+      load8<T>(va + e, a[u]);
+      load8<T>(vb + e, b[u]);
     }
   }
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
-    if (!ok[u]) continue;
-    int64_t c = base + (int64_t)u * blockDim.x;
-    int64_t row = c / tpr;
-    float wa, wb, s;
-    merge2_weights(xa[u], xb[u], wa, wb, s);
+    const int row = (blockIdx.x * UNROLL + u) * rpb + threadIdx.y;
+    if (row >= num_rows) continue;
+    const int64_t e = (static_cast<int64_t>(row) * tpr + cx) * 8;
+    float wa, wb, sm;
+    merge2_weights(xa[u], xb[u], wa, wb, sm);
     float o[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) o[i] = wa * a[u][i] + wb * b[u][i];
-    store8<T>(vo + c * 8, o);
-    if (so != nullptr && (c - row * tpr) == 0) so[row] = s;
+    store8<T>(vo + e, o);
+    if (so != nullptr && cx == 0) so[row] = sm;
   }
 }
 
-// In place: (v, s) <- (v, s) (+) (v_other, s_other), rows whose token has mask == 0 untouched.
+// In place: (v, s) <- (v, s) (+) (v_other, s_other); rows whose token has mask == 0 untouched.
 template <typename T, int UNROLL>
 __global__ void __launch_bounds__(256) merge_state_in_place_kernel(
     T* __restrict__ v, float* __restrict__ s, const T* __restrict__ vb,
-    const float* __restrict__ sb, const uint8_t* __restrict__ mask, int64_t num_chunks, int tpr,
-    int num_heads) {
-  int64_t base = (int64_t)blockIdx.x * blockDim.x * UNROLL + threadIdx.x;
+    const float* __restrict__ sb, const uint8_t* __restrict__ mask, int num_rows, int num_heads) {
+  const int tpr = blockDim.x, rpb = blockDim.y, cx = threadIdx.x;
   float a[UNROLL][8], b[UNROLL][8], xa[UNROLL], xb[UNROLL];
   bool ok[UNROLL];
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
-    int64_t c = base + (int64_t)u * blockDim.x;
-    ok[u] = c < num_chunks;
+    const int row = (blockIdx.x * UNROLL + u) * rpb + threadIdx.y;
+    ok[u] = row < num_rows && (mask == nullptr || mask[row / num_heads] != 0);
     if (ok[u]) {
-      int64_t row = c / tpr;
-      if (mask != nullptr && mask[row / num_heads] == 0) ok[u] = false;
-    }
-    if (ok[u]) {
-      int64_t row = c / tpr;
+      const int64_t e = (static_cast<int64_t>(row) * tpr + cx) * 8;
       xa[u] = s[row];
       xb[u] = __ldg(sb + row);
-      load8<T>(v + c * 8, a[u]);
-      load8<T>(vb + c * 8, b[u]);
+      load8<T>(v + e, a[u]);
+      load8<T>(vb + e, b[u]);
     }
   }
-  // all reads of s for this block's rows happen before any write: a row's chunk 0 may live in
-  // another thread of the same block.
+  // every thread of a row reads s[row] before its chunk-0 thread (maybe another warp) writes it
   __syncthreads();
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
     if (!ok[u]) continue;
-    int64_t c = base + (int64_t)u * blockDim.x;
-    int64_t row = c / tpr;
-    float wa, wb, so;
-    merge2_weights(xa[u], xb[u], wa, wb, so);
+    const int row = (blockIdx.x * UNROLL + u) * rpb + threadIdx.y;
+    const int64_t e = (static_cast<int64_t>(row) * tpr + cx) * 8;
+    float wa, wb, sm;
+    merge2_weights(xa[u], xb[u], wa, wb, sm);
     float o[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) o[i] = wa * a[u][i] + wb * b[u][i];
-    store8<T>(v + c * 8, o);
-    if ((c - row * tpr) == 0) s[row] = so;
+    store8<T>(v + e, o);
+    if (cx == 0) s[row] = sm;
   }
 }
 
@@ -111,14 +102,13 @@ __global__ void __launch_bounds__(256) merge_state_in_place_kernel(
 template <typename TIn, typename TOut>
 __global__ void __launch_bounds__(256) merge_states_kernel(
     const TIn* __restrict__ v, const float* __restrict__ s, TOut* __restrict__ vo,
-    float* __restrict__ so, int64_t num_rows, int num_heads, int tpr, int num_states, int64_t v_ts,
+    float* __restrict__ so, int num_rows, int num_heads, int num_states, int64_t v_ts,
     int64_t v_ss, int64_t v_hs, int64_t s_ts, int64_t s_ss, int64_t o_ts, int64_t o_hs) {
-  int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= num_rows * tpr) return;
-  int64_t row = c / tpr;
-  int chunk = (int)(c - row * tpr);
-  int64_t tok = row / num_heads;
-  int head = (int)(row - tok * num_heads);
+  const int row = blockIdx.x * blockDim.y + threadIdx.y;
+  if (row >= num_rows) return;
+  const int chunk = threadIdx.x;
+  const int64_t tok = row / num_heads;
+  const int head = row - static_cast<int>(tok) * num_heads;
   const TIn* vp = v + tok * v_ts + (int64_t)head * v_hs + chunk * 8;
   const float* sp = s + tok * s_ts + head;
   TOut* op = vo + tok * o_ts + (int64_t)head * o_hs + chunk * 8;
