@@ -65,10 +65,10 @@ class Policy:
     Args:
         dump: ``"none"`` / ``"ints"`` / ``"all"`` or a tuple of input names (module docstring).
         keep_first_k: workloads kept per signature (the tuple of var-axis values).
-        keep_per_bucket: workloads kept per signature bucket (the dispatcher's power-of-two
-            buckets: ``bit_length`` of each var-axis value, so 4..7 share one), or None. Bounds
-            what a definition with a free-running axis (``num_kv_indices``) can write.
-        max_workloads: workloads kept for this definition in this process, or None.
+        keep_per_bucket: distinct signatures kept per signature bucket (the dispatcher's
+            power-of-two buckets: ``bit_length`` of each var-axis value, so 4..7 share one), or
+            None. Bounds what a definition with a free-running axis (``num_kv_indices``) writes.
+        max_workloads: distinct signatures kept for this definition in this process, or None.
     """
 
     dump: DumpSpec = "ints"
