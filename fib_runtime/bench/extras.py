@@ -4,7 +4,8 @@
   a python solution calling that FlashInfer API, with the adaptations the definition needs:
   outputs cast to the declared dtypes (FlashInfer samplers return int32, definitions int64),
   ``eps=1e-5`` for the norms, in-place APIs (``fused_add_rmsnorm``) run on copies,
-  ``filter_apply_order="joint"`` for ``*_joint`` definitions, and for top-k + top-p from fp32
+  ``filter_apply_order="joint"`` for ``*_joint`` definitions, ``MultiLevelCascadeAttentionWrapper``
+  built and planned per workload (cascade ``multi_level_cascade_run_*``), and for top-k + top-p from fp32
   probabilities FlashInfer's fastest path ``flashinfer.cake_sampling`` when present (it routes
   what it cannot serve to the regular kernel itself). Setup that FlashInfer needs once per
   workload (``top_k_max`` for cake, the copies of in-place inputs) is done in ``run_prepare``,
@@ -32,7 +33,7 @@ _API = {api!r}
 _KWARGS = {kwargs}
 _OUT_DTYPES = {out_dtypes}
 _INPLACE = {inplace}      # indices of inputs the API writes (run on copies)
-_RESULT_ARG = {result_arg}  # in-place API: which (copied) input holds the output
+_RESULT_ARGS = {result_args}  # in-place API: which (copied) inputs hold the outputs
 _F = None
 
 
@@ -53,8 +54,8 @@ def _finish(out):
 
 def _call(args):
     out = _api()(*args, **_KWARGS)
-    if _RESULT_ARG is not None:
-        out = args[_RESULT_ARG]
+    if _RESULT_ARGS:
+        out = tuple(args[i] for i in _RESULT_ARGS)
     return _finish(out)
 
 
@@ -143,19 +144,63 @@ def baseline_source(definition) -> Optional[str]:
             and definition.inputs.get("probs") is not None and definition.inputs["probs"].dtype == "float32"
             and names == ["probs", "top_k", "top_p"]):
         return _CAKE
+    if fn == "run" and "MultiLevelCascadeAttentionWrapper" in api:
+        return _cascade_run_source(definition)
+    if api.count(".") > 2 and api.split(".")[-2][:1].isupper():
+        return None  # another wrapper class method: needs its own hook
     kwargs = {}
     inplace: List[int] = []
-    result_arg = None
+    result_args: List[int] = []
     if "rmsnorm" in fn:
         kwargs["eps"] = 1e-5
     if fn == "fused_add_rmsnorm":
         inplace = [names.index("hidden_states"), names.index("residual")]
-        result_arg = names.index("hidden_states")
+        result_args = [names.index("hidden_states")]
+    if fn.endswith("_in_place"):  # merge_state_in_place(v, s, v_other, s_other) writes v, s
+        inplace = result_args = [0, 1]
     if "joint" in definition.name and "top_k_top_p" in fn:
         kwargs["filter_apply_order"] = "joint"
     out_dtypes = [s.dtype for s in definition.outputs.values()]
     return _GENERIC.format(api=api, kwargs=repr(kwargs),
-                           out_dtypes=out_dtypes, inplace=inplace, result_arg=result_arg)
+                           out_dtypes=out_dtypes, inplace=inplace, result_args=result_args)
+
+
+_CASCADE_RUN = '''import importlib
+import torch
+
+_LEVELS = {levels}
+_HQ, _HKV, _D, _PS = {hq}, {hkv}, {d}, {ps}
+
+
+def _wrapper(args):
+    fc = importlib.import_module("flashinfer.cascade")
+    q, k, v = args[0], args[1], args[2]
+    ws = torch.empty(128 << 20, dtype=torch.uint8, device=q.device)
+    w = fc.MultiLevelCascadeAttentionWrapper(_LEVELS, ws, "NHD")
+    lv = [args[3 + 4 * i: 7 + 4 * i] for i in range(_LEVELS)]
+    w.plan([x[0] for x in lv], [x[1] for x in lv], [x[2] for x in lv], [x[3] for x in lv],
+           _HQ, _HKV, _D, _PS, causal=False, sm_scale=float(args[-1]), q_data_type=q.dtype, kv_data_type=k.dtype)
+    return w
+
+
+def run(*args):
+    return _wrapper(args).run(args[0], (args[1], args[2]))
+
+
+def run_prepare(*args):
+    w = _wrapper(args)  # plan() once per workload, outside the timed region
+    return lambda *a: w.run(a[0], (a[1], a[2]))
+'''
+
+
+def _cascade_run_source(definition) -> Optional[str]:
+    ax = definition.const_axes
+    levels = sum(1 for n in definition.inputs if n.startswith("qo_indptr_"))
+    try:
+        return _CASCADE_RUN.format(levels=levels, hq=ax["num_qo_heads"], hkv=ax["num_kv_heads"],
+                                   d=ax["head_dim"], ps=ax["page_size"])
+    except KeyError:
+        return None
 
 
 def _definitions_hook(definition) -> Optional[str]:

@@ -4,7 +4,7 @@
               [--devices auto|cuda:0,cuda:1|cpu*2] [--timeout S] [--baseline auto|on|off]
               [--reference] [--builtin] [--force] [--warmup N] [--iterations N] [--trials N]
               [--graphs auto|on|off] [--no-l2-flush] [--tolerance PATTERN:atol=X,rtol=Y | FILE.json]
-              [--tvd-bound 0.2] [--tvd-samples N] [--support-trials N] [--inline] [--dry-run] [--json]
+              [--tvd-bound 0.2] [--tvd-samples N] [--support-trials N] [--inline] [--dry-run] [--summary-json PATH] [--json]
 
 Resumable: (definition, workload, solution) triples that already have an evaluation trace are
 skipped (``--force`` re-runs them). One worker process per device; a solution that crashes or
@@ -52,6 +52,7 @@ def register(subparsers) -> None:
     p.add_argument("--inline", action="store_true", help="no worker processes (debugging; no timeouts)")
     p.add_argument("--dry-run", action="store_true", help="only plan: print how many evaluations would run")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--summary-json", metavar="PATH", help="also write the run summary as JSON to PATH")
     add_json_flag(p)
     p.set_defaults(func=cmd_bench)
 
@@ -81,6 +82,11 @@ def cmd_bench(args) -> int:
                         devices=args.devices, cfg=cfg, baseline=args.baseline, reference=args.reference,
                         builtin=args.builtin, force=args.force, progress=not args.no_progress and not args.json,
                         inline=args.inline, dry_run=args.dry_run)
+    if args.summary_json:
+        import json
+        from pathlib import Path
+
+        Path(args.summary_json).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
     if args.json:
         emit_json(summary.to_dict())
         return 0

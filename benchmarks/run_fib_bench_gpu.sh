@@ -1,0 +1,134 @@
+#!/bin/bash
+# fib bench on the H200 (issue 8) and, with two or more GPUs, the 1-vs-N GPU run (issue 9).
+#
+#   bash benchmarks/run_fib_bench_gpu.sh [--quick] [--multi-gpu|--no-multi-gpu] [--skip-zoo]
+#
+# Device call (carry the FlashInfer bundle + pydantic wheels and our prebuilt kernels):
+#   run(command="bash benchmarks/run_fib_bench_gpu.sh --quick", carry=[".gpu", "fib_runtime/kernels/_bin"])
+# .gpu/ must hold the three files of ../shared/gpu/README.md and .gpu/wheels/ the pydantic wheels
+# (pydantic, pydantic_core cp312, annotated_types, typing_inspection, typing_extensions): the
+# device image has no pydantic. Build the kernels here first: python kernels_cuda/build.py.
+#
+# Stages (each bounded by `timeout`, each failure reported and the next stage still run):
+#   setup   FlashInfer + tvm-ffi + pydantic into /tmp, fib_runtime importable from /tmp/fibsrc
+#   record  traced run: FlashInfer adapter + tracer record sampling/cascade workloads -> $OUT/dataset
+#   zoo     runner self-check on the GPU: the solution zoo gives the expected 7 statuses
+#   bench   fib bench over the recorded definitions: our kernels (--builtin), the FlashInfer
+#           baseline (--baseline on), the reference (--reference)
+#   report  fib report -> $OUT/report (HTML, PNG, leaderboard.md), $OUT/dispatch_table.json
+#   multi   (>= 2 GPUs) sampling definitions benched on cuda:0 only and on all GPUs: same statuses,
+#           wall times -> $OUT/multi_gpu.json
+# Everything lands in $OUT (default /tmp/fib_bench_out); the last lines printed are the summary.
+set -u
+cd "$(dirname "$0")/.."
+REPO=$PWD
+OUT=${OUT:-/tmp/fib_bench_out}
+mkdir -p "$OUT"
+QUICK=0; MULTI=auto; ZOO=1
+for a in "$@"; do
+  case "$a" in
+    --quick) QUICK=1 ;;
+    --multi-gpu) MULTI=1 ;;
+    --no-multi-gpu) MULTI=0 ;;
+    --skip-zoo) ZOO=0 ;;
+    *) echo "unknown option $a"; exit 2 ;;
+  esac
+done
+T0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/stages.log"; }
+
+# ---- setup ------------------------------------------------------------------------------------
+stamp "setup"
+{
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/apache_tvm_ffi-*.whl
+  if ! python3 -c "import pydantic, sys; sys.exit(0 if pydantic.VERSION >= '2' else 1)" 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/wheels/*.whl
+  fi
+  mkdir -p /tmp/fi && tar xzf .gpu/flashinfer-*-trimmed-sm90a.tar.gz -C /tmp/fi &&
+    tar xzf .gpu/flashinfer-*-cake-sampling-addon-sm90a.tar.gz -C /tmp/fi
+  # fib_runtime with adapters/ and tracer/ mapped inside it (what `pip install -e .` would give)
+  rm -rf /tmp/fibsrc && mkdir -p /tmp/fibsrc && cp -r fib_runtime /tmp/fibsrc/ &&
+    cp -r adapters /tmp/fibsrc/fib_runtime/adapters && cp -r tracer /tmp/fibsrc/fib_runtime/tracer
+} >"$OUT/setup.log" 2>&1
+export PYTHONPATH=/tmp/fibsrc:/tmp/fi:/tmp/site:${PYTHONPATH:-}
+export FLASHINFER_WORKSPACE_BASE=/tmp/fiws FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 PYTHONUNBUFFERED=1
+export CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(which nvcc)")")")
+export FIB_CACHE_PATH=/tmp/fib-cache MPLBACKEND=Agg
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv >>"$OUT/setup.log" 2>&1
+python3 - >>"$OUT/setup.log" 2>&1 <<'PY'
+import torch, pydantic, fib_runtime, fib_runtime.tracer, fib_runtime.adapters.flashinfer
+from fib_runtime.kernels import loader
+print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())
+print("pydantic", pydantic.VERSION, "fib_runtime", fib_runtime.__file__)
+print("kernels", loader.availability())
+import flashinfer.sampling, flashinfer.cascade
+print("flashinfer ok")
+PY
+if [ $? != 0 ]; then stamp "SETUP FAILED (see setup.log)"; tail -30 "$OUT/setup.log"; exit 1; fi
+NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
+stamp "setup ok: $NGPU GPU(s); $(grep '^kernels' "$OUT/setup.log")"
+
+if [ $QUICK = 1 ]; then
+  BENCH_OPTS="--iterations 10 --trials 3 --support-trials 30 --tvd-samples 30000 --timeout 90"
+else
+  BENCH_OPTS="--iterations 20 --trials 5 --support-trials 100 --tvd-samples 100000 --timeout 120"
+fi
+QFLAG=""; [ $QUICK = 1 ] && QFLAG="--quick"
+DS=$OUT/dataset
+
+# ---- record -----------------------------------------------------------------------------------
+stamp "record (traced run)"
+timeout 900 python3 benchmarks/fib_bench_gpu.py record "$DS" $QFLAG --out "$OUT/record.json" >"$OUT/record.log" 2>&1
+stamp "record rc=$? ($(python3 -c "import json;d=json.load(open('$OUT/record.json'));print(sum(d['workloads'].values()),'workloads,',len(d['direct']),'via direct record,',len(d['errors']),'errors')" 2>/dev/null))"
+
+# ---- zoo self-check ---------------------------------------------------------------------------
+if [ $ZOO = 1 ]; then
+  stamp "zoo self-check"
+  ZDS=$OUT/zoo_dataset
+  timeout 120 python3 benchmarks/fib_bench_gpu.py zoo "$ZDS" "$OUT/zoo_expected.json" >"$OUT/zoo.log" 2>&1
+  timeout 600 python3 -m fib_runtime bench "$ZDS" --authors zoo --devices cuda:0 --timeout 15 --baseline off \
+    --iterations 5 --trials 2 --support-trials 20 --tvd-samples 20000 --summary-json "$OUT/zoo_bench.json" >>"$OUT/zoo.log" 2>&1
+  timeout 120 python3 benchmarks/fib_bench_gpu.py check-zoo "$ZDS" "$OUT/zoo_expected.json" "$OUT/zoo_check.json" 2>&1 | tee -a "$OUT/zoo.log" | head -20
+fi
+
+# ---- bench ------------------------------------------------------------------------------------
+stamp "bench (builtin + baseline + reference)"
+timeout 3000 python3 -m fib_runtime bench "$DS" --builtin --reference --baseline on --devices auto $BENCH_OPTS \
+  --summary-json "$OUT/bench_summary.json" >"$OUT/bench.log" 2>&1
+stamp "bench rc=$?"
+tail -25 "$OUT/bench.log" | grep -v '^\[#' | head -25
+
+# ---- report -----------------------------------------------------------------------------------
+stamp "report"
+timeout 600 python3 -m fib_runtime report "$DS" --out "$OUT/report" >"$OUT/report.log" 2>&1
+stamp "report rc=$?"
+cp "$OUT/report/dispatch_table.json" "$OUT/dispatch_table.json" 2>/dev/null
+timeout 120 python3 benchmarks/fib_bench_gpu.py summary "$DS" "$OUT/report" "$OUT/summary.json" >"$OUT/summary.txt" 2>&1
+
+# ---- 1 GPU vs all GPUs (issue 9) ----------------------------------------------------------------
+if [ "$MULTI" = 1 ] || { [ "$MULTI" = auto ] && [ "$NGPU" -ge 2 ]; }; then
+  stamp "multi-GPU comparison on $NGPU GPUs (sampling definitions)"
+  for tag in one all; do
+    rm -rf "$OUT/mg_$tag" && mkdir -p "$OUT/mg_$tag"
+    cp -r "$DS/definitions" "$DS/workloads" "$DS/blob" "$OUT/mg_$tag/" 2>/dev/null
+    mkdir -p "$OUT/mg_$tag/solutions" "$OUT/mg_$tag/traces"
+  done
+  S=$(date +%s.%N)
+  timeout 1500 python3 -m fib_runtime bench "$OUT/mg_one" --definitions '*sampling*' --builtin --reference \
+    --baseline on --devices cuda:0 $BENCH_OPTS --summary-json "$OUT/mg_one.json" >"$OUT/mg_one.log" 2>&1
+  T1=$(python3 -c "import time;print(time.time()-$S)")
+  S=$(date +%s.%N)
+  timeout 1500 python3 -m fib_runtime bench "$OUT/mg_all" --definitions '*sampling*' --builtin --reference \
+    --baseline on --devices auto $BENCH_OPTS --summary-json "$OUT/mg_all.json" >"$OUT/mg_all.log" 2>&1
+  TN=$(python3 -c "import time;print(time.time()-$S)")
+  python3 benchmarks/fib_bench_gpu.py compare "$OUT/mg_one" "$OUT/mg_all" "$OUT/multi_gpu.json" "$T1" "$TN" 2>&1 | tee -a "$OUT/stages.log"
+  rm -rf "$OUT/mg_one/blob" "$OUT/mg_all/blob"
+fi
+
+# ---- summary ----------------------------------------------------------------------------------
+stamp "done; files under $OUT:"
+( cd "$OUT" && find . -maxdepth 2 -type f | sort | head -60 )
+echo "---- zoo self-check";  grep -E "^zoo self-check|MISMATCH" "$OUT/zoo.log" 2>/dev/null | head -12
+echo "---- bench summary";   python3 -c "import json;d=json.load(open('$OUT/bench_summary.json'));print({k:d[k] for k in ('planned','evaluated','counts','by_device','respawns','wall_s')}); [print('skipped:',s[:200]) for s in d['skipped'][:8]]" 2>&1
+echo "---- per definition (ours = fib-runtime built-ins)"; cat "$OUT/summary.txt" 2>/dev/null | tail -30
