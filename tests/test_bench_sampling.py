@@ -105,3 +105,16 @@ def test_sampling_through_the_runner(tmp_path):
     extra = got[f"zoo_correct_{d.name}"].correctness.extra
     assert extra["tvd"] <= extra["tvd_bound"] == 0.2 and "tvds_per_batch" in extra
     assert (tmp_path / "ds" / "solutions" / "reference").is_dir()
+
+
+def test_large_batch_measures_a_row_subset():
+    d = _defn("top_k_sampling_from_probs", 64)
+    g = torch.Generator().manual_seed(3)
+    B = 40
+    inputs = {"probs": torch.softmax(torch.randn(B, 64, generator=g) * 2, -1),
+              "top_k": torch.full((B,), 8, dtype=torch.int32)}
+    ref = compile_reference(d)
+    cfg = SamplingConfig(support_trials=3, tvd_samples=3000, tvd_rows=4, tvd_max_rows=400)
+    v = evaluate_sampling(d, lambda n: ref(*n.values()), inputs, cfg)
+    assert v.status == "PASSED", v.message
+    assert len(v.extra["tvds_per_batch"]) == 4 and v.extra["tvd_rows"][0] == 0 and v.extra["tvd_rows"][-1] == B - 1

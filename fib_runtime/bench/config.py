@@ -56,7 +56,9 @@ class SamplingConfig:
     support_trials: int = 100        # calls whose every sample must lie in the filtered support
     tvd_bound: float = 0.2           # max per-row total variation distance vs the exact distribution
     tvd_samples: int = 100_000       # samples per row for the TVD estimate
+    tvd_rows: int = 16               # rows of the batch whose distribution is measured
     tvd_max_rows: int = 4096         # rows per call when inputs are repeated to draw many samples
+    tvd_max_calls: int = 2000        # cap on solution calls for the TVD
     tvd_max_bytes: int = 1 << 30     # cap on the repeated-input buffer
     noise_fraction: float = 0.5      # when the expected sampling noise exceeds this share of the
     bins: int = 64                   # bound, TVD is measured over `bins` equal-mass bins instead

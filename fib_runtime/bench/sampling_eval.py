@@ -6,9 +6,9 @@ reference's samples. Two checks, both on the workload's own inputs:
 1. **Support.** ``support_trials`` calls (100 by default); every sample must be a token index in
    ``[0, V)`` whose probability is inside the filtered support (top-k allows ties at the k-th
    value; top-p gets ``support_eps`` slack at the nucleus boundary). One violation fails.
-2. **Distribution.** The inputs are repeated along the batch axis (up to ``tvd_max_rows`` rows,
-   ``tvd_max_bytes``) and the solution is called until each original row has ``tvd_samples``
-   samples; per row the total variation distance between the observed frequencies and the exact
+2. **Distribution.** Up to ``tvd_rows`` rows of the batch (evenly spaced) are repeated along the
+   batch axis (up to ``tvd_max_rows`` rows, ``tvd_max_bytes``) and the solution is called until
+   each of those rows has ``tvd_samples`` samples (at most ``tvd_max_calls`` calls); per row the total variation distance between the observed frequencies and the exact
    filtered distribution must be at most ``tvd_bound`` (0.2, as flashinfer-bench). The expected
    TVD of a perfect sampler (the noise, ``0.5 * sum_i sqrt(2 q_i (1 - q_i) / (pi n))``) is
    computed from the exact distribution; when it exceeds ``noise_fraction * tvd_bound`` (large
@@ -16,7 +16,8 @@ reference's samples. Two checks, both on the workload's own inputs:
    tokens ordered by probability instead, which keeps the noise small and still catches
    mis-weighted samplers (the binned TVD is a lower bound of the token-level one).
 
-``correctness.extra`` gets ``tvd`` (worst row), ``tvds_per_batch``, ``tvd_bound``, ``tvd_mode``
+``correctness.extra`` gets ``tvd`` (worst row), ``tvds_per_batch`` (of the rows in ``tvd_rows``),
+``tvd_bound``, ``tvd_mode``
 (``tokens`` / ``bins``), ``tvd_noise`` (expected TVD of an exact sampler, worst row),
 ``tvd_samples`` and ``support_trials``.
 
@@ -138,6 +139,19 @@ def _repeat_inputs(definition, inputs: Dict[str, Any], reps: int) -> Dict[str, A
     return out
 
 
+def _subset_inputs(definition, inputs: Dict[str, Any], rows) -> Dict[str, Any]:
+    import torch
+
+    out = {}
+    for name, v in inputs.items():
+        spec = definition.inputs[name]
+        if isinstance(v, torch.Tensor) and spec.shape and spec.shape[0] == "batch_size":
+            out[name] = v.index_select(0, rows.to(v.device)).contiguous()
+        else:
+            out[name] = v
+    return out
+
+
 def expected_noise(q, n: int):
     """Expected TVD of ``n`` exact draws per row from ``q`` (normal approximation)."""
     import torch
@@ -187,12 +201,18 @@ def evaluate_sampling(definition, call: Callable[[Dict[str, Any]], Any], inputs:
                                f"trial {trial}: row {i} sampled token {int(s[i])}, outside the {kind} support",
                                math.inf, math.inf, {"reason": "sample_outside_support", "support_trials": trial + 1})
 
-    # distribution
+    # distribution, on up to ``tvd_rows`` rows of the batch (evenly spaced), repeated
+    if B > cfg.tvd_rows:
+        rows = torch.linspace(0, B - 1, cfg.tvd_rows).round().to(torch.int64).unique()
+        inputs = _subset_inputs(definition, inputs, rows)
+        B = int(rows.numel())
+    else:
+        rows = torch.arange(B)
     row_bytes = sum(v[:1].numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
     reps = max(1, min(cfg.tvd_max_rows // max(B, 1), cfg.tvd_max_bytes // max(row_bytes * B, 1)))
     big = _repeat_inputs(definition, inputs, reps)
     per_call = reps
-    calls = max(1, math.ceil(cfg.tvd_samples / per_call))
+    calls = max(1, min(cfg.tvd_max_calls, math.ceil(cfg.tvd_samples / per_call)))
     n = calls * per_call
     row_of = torch.arange(B * reps, device=dev) % B
 
@@ -230,7 +250,8 @@ def evaluate_sampling(definition, call: Callable[[Dict[str, Any]], Any], inputs:
     max_abs = float(diff.max())
     max_rel = float((diff / q.clamp_min(1e-12)).where(q > 0, torch.zeros_like(diff)).max())
     tvd_list = [float(t) for t in tvds.cpu()]
-    extra = {"tvd": max(tvd_list), "tvds_per_batch": tvd_list, "tvd_bound": bound, "tvd_mode": mode,
+    extra = {"tvd": max(tvd_list), "tvds_per_batch": tvd_list, "tvd_rows": [int(r) for r in rows],
+             "tvd_bound": bound, "tvd_mode": mode,
              "tvd_noise": float(noise.max()), "tvd_samples": n, "support_trials": cfg.support_trials,
              "filter": kind or "unknown (vs reference samples)"}
     if extra["tvd"] > bound:
