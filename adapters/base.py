@@ -551,6 +551,9 @@ class Instrumentor:
             except AttributeError:
                 report.missing.append(f"{t.path} (absent)")
                 continue
+            if raw is None or not (callable(raw) or hasattr(raw, "__get__")):
+                report.missing.append(f"{t.path} (not callable: {type(raw).__name__})")
+                continue  # e.g. SGLang sets a kernel name to None where a platform has none
             try:
                 if self._patch_one(owner, attr, raw, t):
                     report.patched.append(t.path)

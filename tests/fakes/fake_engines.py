@@ -156,3 +156,81 @@ def fake_vllm(version: str = "0.32.0", with_sampler: bool = True):
                 sys.modules.pop(k, None)
             else:
                 sys.modules[k] = v
+
+
+SGL_SAMPLER = r'''
+import torch
+from sglang.srt.server_args import SAMPLING_BACKEND_CHOICES
+
+_CUSTOM_SAMPLER_FACTORIES = {}
+BACKEND = {"name": "pytorch"}
+
+class LazyImport:
+    def __init__(self, module_name, class_name):
+        self.module_name, self.class_name, self._module = module_name, class_name, None
+    def __call__(self, *args, **kwargs):
+        import importlib
+        if self._module is None:
+            self._module = getattr(importlib.import_module(self.module_name), self.class_name)
+        return self._module(*args, **kwargs)
+
+top_k_top_p_sampling_from_probs = LazyImport("flashinfer.sampling", "top_k_top_p_sampling_from_probs")
+
+def top_k_top_p_min_p_sampling_from_probs_torch(probs, top_ks, top_ps, min_ps, need_min_p_sampling,
+                                                sampling_seed, positions, *, return_filtered_probs=False,
+                                                max_top_k=None):
+    probs_sort, probs_idx = probs.sort(dim=-1, descending=True)
+    probs_sum = torch.cumsum(probs_sort, dim=-1)
+    probs_sort[torch.arange(probs_sort.shape[-1]).view(1, -1) >= top_ks.view(-1, 1)] = 0.0
+    probs_sort[(probs_sum - probs_sort) > top_ps.view(-1, 1)] = 0.0
+    idx = torch.multinomial(probs_sort, 1)
+    return torch.gather(probs_idx.to(torch.int32), 1, idx).view(-1)
+
+def sampling_from_probs_torch(probs, sampling_seed=None, positions=None):
+    return torch.multinomial(probs, 1).view(-1).to(torch.int32)
+
+class Sampler(torch.nn.Module):
+    def _sample_from_probs(self, probs, sampling_info, positions, simple_sampling_case):
+        if simple_sampling_case:
+            return sampling_from_probs_torch(probs), None
+        if BACKEND["name"] == "flashinfer":
+            return top_k_top_p_sampling_from_probs(probs, sampling_info.top_ks, sampling_info.top_ps,
+                                                   filter_apply_order="joint"), None
+        if BACKEND["name"] == "pytorch":
+            return top_k_top_p_min_p_sampling_from_probs_torch(
+                probs, sampling_info.top_ks, sampling_info.top_ps, sampling_info.min_ps,
+                sampling_info.need_min_p_sampling, sampling_info.sampling_seed, positions), None
+        raise ValueError("Invalid sampling backend")
+
+def register_sampler_backend(backend, factory):
+    SAMPLING_BACKEND_CHOICES.add(backend)
+    _CUSTOM_SAMPLER_FACTORIES[backend] = factory
+
+def create_sampler(backend=None):
+    if backend in _CUSTOM_SAMPLER_FACTORIES:
+        return _CUSTOM_SAMPLER_FACTORIES[backend]()
+    return Sampler()
+'''
+
+SGL_MODULES = ("sglang", "sglang.srt", "sglang.srt.layers", "sglang.srt.server_args",
+               "sglang.srt.layers.sampler")
+
+
+@contextlib.contextmanager
+def fake_sglang(version: str = "0.5.23"):
+    """A fake ``sglang`` with the sampler module (LazyImport proxy, torch samplers, backend registry)."""
+    saved = {n: sys.modules.get(n) for n in SGL_MODULES}
+    try:
+        for n in SGL_MODULES[:3]:
+            _module(n, "", package=True)
+        sys.modules["sglang"].__version__ = version
+        _module("sglang.srt.server_args", "SAMPLING_BACKEND_CHOICES = {'flashinfer', 'pytorch'}")
+        sampler = _module("sglang.srt.layers.sampler", SGL_SAMPLER)
+        sys.modules["sglang.srt.layers"].sampler = sampler
+        yield types.SimpleNamespace(sampler=sampler, server_args=sys.modules["sglang.srt.server_args"])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
