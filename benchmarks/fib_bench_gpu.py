@@ -164,8 +164,8 @@ def make_zoo(ds_root: str) -> dict:
 
     ds = Dataset.open(ds_root, create=True)
     expected = {}
-    for raw, batches in ((norm.definition("rmsnorm", 4096), (7, 512)),
-                         (sampling.definition("top_k_top_p_sampling_from_probs", 128256), (1, 64))):
+    for raw, batches in ((norm.definition("rmsnorm", 4096), (7,)),
+                         (sampling.definition("top_k_top_p_sampling_from_probs", 128256), (64,))):
         d = Definition.model_validate(raw)
         ds.add_definition(d)
         ds.add_workloads([Trace.model_validate({"definition": d.name, "workload": {
