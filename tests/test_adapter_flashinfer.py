@@ -309,7 +309,8 @@ def test_norm_dispatch_inplace_contract(fi):
 
 def test_cascade_wrapper_plan_run_and_merge(fi):
     d = FakeDispatcher()
-    FlashInferInstrumentor().instrument(d, None)
+    registered = []
+    FlashInferInstrumentor().instrument(d, None, registrar=registered.append)
     w = fi.cascade.MultiLevelCascadeAttentionWrapper(2)
     ind = [torch.tensor([0, 1], dtype=torch.int32)] * 2
     w.begin_forward(ind, ind, ind, ind, 4, 2, 8, 16)
@@ -324,6 +325,11 @@ def test_cascade_wrapper_plan_run_and_merge(fi):
     fi.cascade.merge_state_in_place(v, s, v.clone(), s.clone())
     fi.pkg.merge_states(torch.randn(3, 5, 2, 4), torch.randn(3, 5, 2))
     assert [c[0] for c in d.calls][1:] == ["merge_state_in_place_h2_d4", "merge_states_h2_d4"]
+    # generated definitions (the cascade owner's generator) at the call's dtype and level count
+    by_name = {r["name"]: r for r in registered}
+    assert by_name["merge_states_h2_d4"]["inputs"]["v"]["dtype"] == "float32"
+    run_def = by_name["multi_level_cascade_run_h4_kv2_d8_ps16"]
+    assert "kv_last_page_len_1" in run_def["inputs"] and list(run_def["inputs"])[-1] == "sm_scale"
 
 
 def test_attention_aliases_all_reach_one_dispatch(fi):

@@ -212,11 +212,19 @@ class NormSpec:
 # cascade (names follow flashinfer.trace: merge_state_h{H}_d{D}; definitions by the cascade owner)
 
 
-def _cascade_factory(name: str) -> Callable[[], Optional[dict]]:
+_DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+
+
+def _cascade_factory(name: str, dtype: Any = None, **kw: Any) -> Callable[[], Optional[dict]]:
+    """Definition generator of a cascade / attention name (by the cascade owner's generator), at
+    the call's dtype; the bare name when no generator knows it (the tracer then looks it up)."""
     def make():
         from fib_runtime.definitions import generate
 
-        return generate(name) or name
+        extra = dict(kw)
+        if dtype in _DTYPE_NAMES:
+            extra["dtype"] = _DTYPE_NAMES[dtype]
+        return generate(name, **extra) or name
 
     return make
 
@@ -260,7 +268,8 @@ class MergeSpec:
         else:
             def adapt(out: Any) -> tuple:
                 return (out[0], out[1])
-        return Call(name, inputs, names, adapt=adapt, definition_factory=_cascade_factory(name))
+        return Call(name, inputs, names, adapt=adapt,
+                    definition_factory=_cascade_factory(name, v.dtype))
 
 
 @dataclass(frozen=True)
@@ -331,7 +340,7 @@ class CascadeRunSpec:
         names.append("sm_scale")
         name = f"multi_level_cascade_run_h{hq}_kv{hkv}_d{d}_ps{ps}"
         return Call(name, tuple(inputs), tuple(names), adapt=_first,
-                    definition_factory=_cascade_factory(name))
+                    definition_factory=_cascade_factory(name, q.dtype, num_levels=levels))
 
 
 # --------------------------------------------------------------------------------------------
@@ -404,7 +413,7 @@ class AttentionRunSpec:
                 return o, lse
             return o
 
-        return Call(name, inputs, names, adapt=adapt, definition_factory=_cascade_factory(name))
+        return Call(name, inputs, names, adapt=adapt, definition_factory=_cascade_factory(name, q.dtype))
 
 
 @dataclass(frozen=True)
