@@ -325,6 +325,9 @@ def test_register_definition_and_builtin(tmp_path, monkeypatch):
                                   op_type="toy", description="test built-in",
                                   supports=lambda inputs: inputs[0].shape[0] < 100)]
     monkeypatch.setitem(sys.modules, "fib_runtime.kernels.builtin_table", mod)
+    import fib_runtime.kernels
+
+    monkeypatch.setattr(fib_runtime.kernels, "builtin_table", mod, raising=False)
     root = make_dataset(tmp_path / "ds", ["sol_a"], [trace("sol_a", 8)])
     on(root, builtins="default")
     assert call(8) == 1.0    # traced winner first

@@ -179,12 +179,13 @@ def registered_definitions() -> Dict[str, Any]:
 class _Entry:
     """Metadata of one definition's entry; ``call`` is the generated hot-path function."""
 
-    __slots__ = ("name", "definition", "key", "cache", "table", "tensor_idx", "axis_src", "call")
+    __slots__ = ("name", "definition", "key", "cache", "meta", "table", "tensor_idx", "axis_src", "call")
 
     def __init__(self, name, definition, key_parts, table: DefTable, tensor_idx=(), axis_src=()):
         self.name = name
         self.definition = definition
-        self.cache: Dict[Any, Callable] = {}
+        self.cache: Dict[Any, tuple] = {}      # key -> packed decision (see _ENTRY_TEMPLATE)
+        self.meta: Dict[Any, Callable] = {}    # key -> decision closure (with fib_* attributes)
         self.table = table
         self.tensor_idx = tensor_idx   # indices of required tensor inputs
         self.axis_src = axis_src       # per var axis: (input index, dim)
@@ -206,6 +207,10 @@ def _key_parts(defn) -> Tuple[List[str], Tuple[int, ...], Tuple[Tuple[int, int],
     return parts, tensor_idx, axis_src
 
 
+# A cached decision is packed as (fn, shape, dtype, inc, bad, general):
+#   general set          -> general(x, fb)   (DPS, several outputs, scalar outputs)
+#   fn None              -> a fallback decision: inc(); fb()
+#   else                 -> a value-returning single-output hit, inlined here (one frame less)
 _ENTRY_TEMPLATE = """
 def make(cache, slow, name):
     def key(x):
@@ -213,10 +218,25 @@ def make(cache, slow, name):
 
     def entry(x, fb):
         try:
-            d = cache[{key}]
+            fn, s0, d0, inc, bad, gen = cache[{key}]
         except Exception:
             return slow(name, x, fb)
-        return d(x, fb)
+        if gen is not None:
+            return gen(x, fb)
+        if fn is None:
+            inc()
+            return fb()
+        try:
+            r = fn(*x)
+        except Exception as e:
+            return bad(x, fb, e, None)
+        try:
+            if r.shape == s0 and r.dtype is d0:
+                inc()
+                return r
+        except AttributeError:
+            pass
+        return bad(x, fb, None, r)
     return key, entry
 """
 
@@ -317,7 +337,13 @@ def _make_fallback(inc):
         inc()
         return fb()
 
+    fallback_decision.fib_pack = (None, None, None, inc, None, None)
     return fallback_decision
+
+
+def _pack(d) -> tuple:
+    p = getattr(d, "fib_pack", None)
+    return p if p is not None else (None, None, None, None, None, d)
 
 
 # ---- the runtime ----------------------------------------------------------------------------------
@@ -461,14 +487,16 @@ class Runtime:
             e = self._make_entry(name)
             if e.definition is None or old.definition is None or e.definition != old.definition:
                 continue
-            for k, d in list(old.cache.items()):
+            for k, d in list(old.meta.items()):
                 sig = getattr(d, "fib_sig", None)
                 if sig is None:
                     continue
                 try:
-                    e.cache[k] = self._decision_for(e, sig, d.fib_axes, None, dict(d.fib_supports))
+                    nd = self._decision_for(e, sig, d.fib_axes, None, dict(d.fib_supports))
                 except Exception:  # pragma: no cover - left to the slow path
-                    pass
+                    continue
+                e.meta[k] = nd
+                e.cache[k] = _pack(nd)
             fresh[name] = e.call
         _ENTRIES = fresh
 
@@ -654,14 +682,15 @@ class Runtime:
             except Exception as ex:  # inputs do not fit the definition at all
                 why = f"inputs do not fit the definition ({type(ex).__name__}: {ex})"
                 return self._fallback_decision(e, "fallback_mismatch", why)
-            d = e.cache.get(k)
-            if d is not None:
+            d = e.meta.get(k)
+            if d is not None and k in e.cache:
                 return d
             if _capturing():
                 inc = metrics.counter("fib_dispatch_total", name, "none", "fallback_capture").inc
                 return _make_fallback(inc)
             d = self._new_decision(e, k, inputs)
-            e.cache[k] = d
+            e.meta[k] = d
+            e.cache[k] = _pack(d)
             return d
 
     def _fallback_decision(self, e: _Entry, outcome: str, why: str):
@@ -791,9 +820,15 @@ class Runtime:
         sol_name = sel.solution
 
         def bad(x, fb, exc, result, _name=sol_name, _e=e):
+            if (exc is None and len(specs) == 1 and type(result) in (tuple, list) and len(result) == 1
+                    and _fits(result[0], specs[0])):
+                inc()  # a 1-tuple for a single output: accepted, unwrapped
+                return result[0]
             return self._on_bad(_e, _name, x, fb, exc, result, specs)
 
         d = _make_hit(ld.fn, ld.dps, specs, inc, bad, dev_idx)
+        if not ld.dps and len(specs) == 1 and specs[0][0] is not None and specs[0][1] is not None:
+            d.fib_pack = (ld.fn, specs[0][0], specs[0][1], inc, bad, None)
         d.fib_solution = sol_name
         d.fib_selection = sel
         return d
@@ -820,9 +855,10 @@ class Runtime:
             self.loaded.pop(name, None)
             for f in list(_ENTRIES.values()):
                 ent = f.entry
-                for k, d in list(ent.cache.items()):
+                for k, d in list(ent.meta.items()):
                     if getattr(d, "fib_solution", None) == name:
                         ent.cache.pop(k, None)
+                        ent.meta.pop(k, None)
         metrics.counter("fib_quarantine_total", definition, name, reason).inc()
         self._gauge_loaded()
         log.warning("fib-runtime: solution %s (%s) quarantined for this process: %s: %s; "
@@ -839,7 +875,7 @@ class Runtime:
         """The decisions made so far: definition, key, solution, rule."""
         out = []
         for name, f in list(_ENTRIES.items()):
-            for k, d in list(f.entry.cache.items()):
+            for k, d in list(f.entry.meta.items()):
                 sel = getattr(d, "fib_selection", None)
                 out.append({"definition": name, "key": repr(k), "solution": getattr(d, "fib_solution", None),
                             "rule": sel.rule if sel else "fallback",
@@ -853,6 +889,11 @@ class Runtime:
         if _RT is self:
             disable()
         return False
+
+
+def _fits(r, spec) -> bool:
+    shp, dt = spec
+    return (shp is None or getattr(r, "shape", None) == shp) and (dt is None or getattr(r, "dtype", None) is dt)
 
 
 def _describe_bad(result, specs) -> str:
