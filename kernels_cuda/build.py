@@ -121,8 +121,10 @@ def command(nvcc: str, family: str, out: Path, threads: int) -> list[str]:
 
 def fingerprint(family: str, cmd: list[str]) -> str:
     h = hashlib.sha256()
-    # the command minus paths that do not change the binary (thread count)
-    h.update(json.dumps([c for c in cmd if not c.isdigit()]).encode())
+    # the command minus what does not change the binary (nvcc --threads N, the temporary output name)
+    skip = {i for i, c in enumerate(cmd) if c == "--threads"}
+    skip |= {i + 1 for i in skip}
+    h.update(json.dumps([c for i, c in enumerate(cmd) if i not in skip]).encode())
     for f in family_sources(family):
         h.update(str(f.relative_to(ROOT)).encode())
         h.update(f.read_bytes())

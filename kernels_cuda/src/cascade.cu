@@ -204,63 +204,69 @@ void merge_states(TensorView v, TensorView s, TensorView v_merged, TensorView s_
 
 // ------------------------------------------------------------------ cascade levels
 
-template <typename T, int D, int WM, int WK>
+template <typename T, int D, int WM, int WK, int MT>
 void launch_level_t(const LevelParams& p, dim3 grid, int stages_alloc, cudaStream_t st) {
   static bool attr_set = false;
-  auto kern = cascade_level_kernel<T, D, WM, WK>;
+  auto kern = cascade_level_kernel<T, D, WM, WK, MT>;
   if (!attr_set) {
-    int mx = level_smem<D, WM, WK>(LevelCfg<D>::STAGES);
+    int mx = level_smem<D, WM, WK, MT>(LevelCfg<D, WM, MT>::STAGES);
     cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
     attr_set = true;
   }
-  int smem = level_smem<D, WM, WK>(stages_alloc);
+  int smem = level_smem<D, WM, WK, MT>(stages_alloc);
   kern<<<grid, 32 * WM * WK, smem, st>>>(p);
   check_launch("cascade_level");
 }
 
-template <typename T, int D, int WM, int WK>
+template <typename T, int D, int WM, int WK, int MT>
 int occupancy_t(int stages_alloc) {
-  auto kern = cascade_level_kernel<T, D, WM, WK>;
-  int mx = level_smem<D, WM, WK>(LevelCfg<D>::STAGES);
+  auto kern = cascade_level_kernel<T, D, WM, WK, MT>;
+  int mx = level_smem<D, WM, WK, MT>(LevelCfg<D, WM, MT>::STAGES);
   cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
   int n = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 32 * WM * WK, level_smem<D, WM, WK>(stages_alloc));
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 32 * WM * WK,
+                                                level_smem<D, WM, WK, MT>(stages_alloc));
   return n;
 }
 
+// tile_rows: 16 (1 warp-row x 4 key-split warps), 32 (2 x 2), 64 (4 x 1), 128 (4 warps x 2 m-tiles)
 template <typename T, int D>
-void dispatch_wm(int wm, const LevelParams& p, dim3 grid, int stages_alloc, cudaStream_t st) {
-  if constexpr (D == 128) {
-    if (wm == 8) {
-      launch_level_t<T, D, 8, 1>(p, grid, stages_alloc, st);
-      return;
-    }
+void dispatch_rows(int tile_rows, const LevelParams& p, dim3 grid, int stages_alloc, cudaStream_t st) {
+  if constexpr (D <= 128) {
+    if (tile_rows == 128) return launch_level_t<T, D, 4, 1, 2>(p, grid, stages_alloc, st);
   }
-  if (wm == 4)
-    launch_level_t<T, D, 4, 1>(p, grid, stages_alloc, st);
-  else if (wm == 2)
-    launch_level_t<T, D, 2, 2>(p, grid, stages_alloc, st);
-  else if (wm == 1)
-    launch_level_t<T, D, 1, 4>(p, grid, stages_alloc, st);
-  else
-    TVM_FFI_THROW(ValueError) << "cascade_level: warps_m must be 1, 2 or 4";
+  if (tile_rows == 64) return launch_level_t<T, D, 4, 1, 1>(p, grid, stages_alloc, st);
+  if (tile_rows == 32) return launch_level_t<T, D, 2, 2, 1>(p, grid, stages_alloc, st);
+  if (tile_rows == 16) return launch_level_t<T, D, 1, 4, 1>(p, grid, stages_alloc, st);
+  TVM_FFI_THROW(ValueError) << "cascade_level: unsupported tile_rows " << tile_rows << " for head_dim " << D;
+}
+
+template <typename T, int D>
+int occupancy_rows(int tile_rows, int stages_alloc) {
+  if constexpr (D <= 128) {
+    if (tile_rows == 128) return occupancy_t<T, D, 4, 1, 2>(stages_alloc);
+  }
+  if (tile_rows == 64) return occupancy_t<T, D, 4, 1, 1>(stages_alloc);
+  if (tile_rows == 32) return occupancy_t<T, D, 2, 2, 1>(stages_alloc);
+  return occupancy_t<T, D, 1, 4, 1>(stages_alloc);
 }
 
 template <typename T>
-void dispatch_d(int d, int wm, const LevelParams& p, dim3 grid, int stages_alloc, cudaStream_t st) {
+void dispatch_d(int d, int tile_rows, const LevelParams& p, dim3 grid, int stages_alloc,
+                cudaStream_t st) {
   if (d == 64)
-    dispatch_wm<T, 64>(wm, p, grid, stages_alloc, st);
+    dispatch_rows<T, 64>(tile_rows, p, grid, stages_alloc, st);
   else if (d == 128)
-    dispatch_wm<T, 128>(wm, p, grid, stages_alloc, st);
+    dispatch_rows<T, 128>(tile_rows, p, grid, stages_alloc, st);
   else if (d == 256)
-    dispatch_wm<T, 256>(wm, p, grid, stages_alloc, st);
+    dispatch_rows<T, 256>(tile_rows, p, grid, stages_alloc, st);
   else
     TVM_FFI_THROW(ValueError) << "cascade_level: head_dim must be 64, 128 or 256";
 }
 
 void cascade_level(TensorView q, TensorView k, TensorView v, TensorView qo_indptr,
                    TensorView kv_indptr, TensorView kv_indices, TensorView last_page_len,
-                   TensorView work_group, TensorView work_row, int64_t warps_m,
+                   TensorView work_group, TensorView work_row, int64_t tile_rows,
                    int64_t num_splits, int64_t kv_chunk, int64_t stages_alloc, bool causal,
                    double sm_scale, TensorView ws_o, TensorView ws_lse, int64_t slot_base,
                    int64_t num_prev_slots, bool final_mode, TensorView out,
@@ -319,9 +325,9 @@ void cascade_level(TensorView q, TensorView k, TensorView v, TensorView qo_indpt
   cudaStream_t st = stream_of(q);
   int sa = static_cast<int>(stages_alloc);
   if (d == DT::kF16)
-    dispatch_d<half>(static_cast<int>(D), static_cast<int>(warps_m), p, grid, sa, st);
+    dispatch_d<half>(static_cast<int>(D), static_cast<int>(tile_rows), p, grid, sa, st);
   else if (d == DT::kBF16)
-    dispatch_d<__nv_bfloat16>(static_cast<int>(D), static_cast<int>(warps_m), p, grid, sa, st);
+    dispatch_d<__nv_bfloat16>(static_cast<int>(D), static_cast<int>(tile_rows), p, grid, sa, st);
   else
     TVM_FFI_THROW(TypeError) << "cascade_level: dtype must be float16 or bfloat16";
 }
@@ -348,42 +354,33 @@ void merge_slots(TensorView ws_o, TensorView ws_lse, int64_t num_slots, TensorVi
     TVM_FFI_THROW(TypeError) << "merge_slots: out must be float16 or bfloat16";
 }
 
-// Active CTAs per SM of a level configuration (planning helper), and the SM count.
-int64_t level_occupancy(int64_t is_bf16, int64_t head_dim, int64_t warps_m, int64_t stages_alloc) {
-  int sa = static_cast<int>(stages_alloc);
-#define FIB_OCC(T)                                                      \
-  if (head_dim == 64) {                                                 \
-    if (warps_m == 4) return occupancy_t<T, 64, 4, 1>(sa);              \
-    if (warps_m == 2) return occupancy_t<T, 64, 2, 2>(sa);              \
-    return occupancy_t<T, 64, 1, 4>(sa);                                \
-  } else if (head_dim == 128) {                                         \
-    if (warps_m == 8) return occupancy_t<T, 128, 8, 1>(sa);             \
-    if (warps_m == 4) return occupancy_t<T, 128, 4, 1>(sa);             \
-    if (warps_m == 2) return occupancy_t<T, 128, 2, 2>(sa);             \
-    return occupancy_t<T, 128, 1, 4>(sa);                               \
-  } else {                                                              \
-    if (warps_m == 4) return occupancy_t<T, 256, 4, 1>(sa);             \
-    if (warps_m == 2) return occupancy_t<T, 256, 2, 2>(sa);             \
-    return occupancy_t<T, 256, 1, 4>(sa);                               \
-  }
+// Active CTAs per SM of a level configuration (planning helper), its smem bytes, the SM count.
+int64_t level_occupancy(int64_t is_bf16, int64_t head_dim, int64_t tile_rows, int64_t stages_alloc) {
+  int sa = static_cast<int>(stages_alloc), tr = static_cast<int>(tile_rows);
   if (is_bf16) {
-    FIB_OCC(__nv_bfloat16)
-  } else {
-    FIB_OCC(half)
+    if (head_dim == 64) return occupancy_rows<__nv_bfloat16, 64>(tr, sa);
+    if (head_dim == 128) return occupancy_rows<__nv_bfloat16, 128>(tr, sa);
+    return occupancy_rows<__nv_bfloat16, 256>(tr, sa);
   }
-#undef FIB_OCC
+  if (head_dim == 64) return occupancy_rows<half, 64>(tr, sa);
+  if (head_dim == 128) return occupancy_rows<half, 128>(tr, sa);
+  return occupancy_rows<half, 256>(tr, sa);
 }
 
-int64_t level_smem_bytes(int64_t head_dim, int64_t warps_m, int64_t stages_alloc) {
+int64_t level_smem_bytes(int64_t head_dim, int64_t tile_rows, int64_t stages_alloc) {
   int sa = static_cast<int>(stages_alloc);
-  int wk = warps_m >= 4 ? 1 : static_cast<int>(4 / warps_m);
-  int rows = 16 * static_cast<int>(warps_m);
+  int rows = static_cast<int>(tile_rows);
+  int wk = rows >= 64 ? 1 : 64 / rows;
   int d = static_cast<int>(head_dim);
-  int kv = sa * 2 * 64 * d * 2, stg = wk * rows * (d + 4) * 4;
+  int tile_kv = (rows == 128 && d == 128) ? 32 : 64;
+  int kv = sa * 2 * tile_kv * d * 2, stg = wk * rows * (d + 4) * 4;
   return rows * d * 2 + (kv > stg ? kv : stg) + wk * rows * 4;
 }
 
-int64_t max_stages(int64_t head_dim) { return head_dim <= 128 ? 3 : 2; }
+int64_t max_stages(int64_t head_dim, int64_t tile_rows) {
+  if (tile_rows == 128 && head_dim == 128) return 4;
+  return (head_dim <= 128 && tile_rows != 128) ? 3 : 2;
+}
 
 int64_t sm_count() {
   int dev = 0, n = 0;

@@ -14,7 +14,9 @@
 #include <mutex>
 #include <string>
 
-#include "fib/sampling/sampler.cuh"
+#include "fib/sampling/stream.cuh"
+
+#include <cstdlib>
 
 using tvm::ffi::Optional;
 using tvm::ffi::TensorView;
@@ -25,7 +27,9 @@ namespace {
 struct DevInfo {
   int sms = 0, major = 0, optin = 0;
   int static_smem[3] = {0, 0, 0};
+  int stream_min_b = 96;  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
+constexpr size_t kStreamSmem = 2 * fs::kStreamBuf * sizeof(uint64_t);
 constexpr int kMaxDev = 64;
 DevInfo g_dev[kMaxDev];
 std::atomic<bool> g_ready[kMaxDev];
@@ -49,6 +53,9 @@ void prepare_kernel(DevInfo& d) {
     check_cuda(cudaFuncSetAttribute(fs::sampler_kernel<DT>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
   }
+  check_cuda(cudaFuncSetAttribute(fs::stream_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(kStreamSmem)),
+             "cudaFuncSetAttribute(stream MaxDynamicSharedMemorySize)");
 }
 
 const DevInfo& dev_info(int dev) {
@@ -60,6 +67,7 @@ const DevInfo& dev_info(int dev) {
     check_cuda(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev), "device attribute");
     check_cuda(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev), "device attribute");
     check_cuda(cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "device attribute");
+    if (const char* e = std::getenv("FIB_SAMPLING_STREAM_MIN_B")) d.stream_min_b = std::atoi(e);
     prepare_kernel<fs::kF32>(d);
     prepare_kernel<fs::kBF16>(d);
     prepare_kernel<fs::kF16>(d);
@@ -91,13 +99,14 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster) {
   } else if (cluster > 0) {
     S = cluster;
   } else {
-    // at least ~2 CTAs per SM in flight, slices of at most ~20K keys (2 CTAs per SM fit),
-    // and no slice smaller than 2K tokens
+    // slices of at most 32K keys (128 KB, resident), enough CTAs to cover ~2 per SM at small B,
+    // no slice below 4K keys. Measured on the H200 (run 1 sweep): 4 CTAs per row beat 6-8 at
+    // V=128256 for B=1..512.
+    const int s_min = (V + 32767) / 32768;
     const int s_fill = (2 * d.sms + B - 1) / B;
-    const int s_smem = (V + 20479) / 20480;
-    S = s_fill > s_smem ? s_fill : s_smem;
-    const int s_small = V / 2048 > 1 ? V / 2048 : 1;
-    if (S > s_small) S = s_small;
+    const int s_use = (V + 4095) / 4096;
+    const int s_want = s_fill < s_use ? s_fill : s_use;
+    S = s_min > s_want ? s_min : s_want;
   }
   if (S > fs::kMaxCluster) S = fs::kMaxCluster;
   if (S < 1) S = 1;
@@ -111,8 +120,21 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster) {
   return c;
 }
 
+// cluster < 0 forces the streaming kernel, > 0 the cluster kernel with that many CTAs per row.
+bool use_stream(const DevInfo& d, const fs::Params& p, int cluster) {
+  if (p.mode != fs::kSample || !p.has_topk) return false;
+  if (cluster < 0) return true;
+  if (cluster > 0) return false;
+  return p.B >= d.stream_min_b || d.major < 9;
+}
+
 template <int DT>
-void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t st) {
+void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t st, bool stream_k) {
+  if (stream_k) {
+    fs::stream_kernel<DT><<<dim3(p.B, 1, 1), fs::kThreads, kStreamSmem, st>>>(p);
+    check_cuda(cudaGetLastError(), "stream kernel launch");
+    return;
+  }
   if (d.major >= 9) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(c.S, p.B, 1);
@@ -237,18 +259,19 @@ int64_t sample(TensorView input, Optional<TensorView> out_idx, Optional<TensorVi
   check_cuda(cudaGetDevice(&cur), "cudaGetDevice");
   if (cur != dev) check_cuda(cudaSetDevice(dev), "cudaSetDevice");
   const DevInfo& d = dev_info(dev);
-  const Config c = choose_config(d, B, V, dt, static_cast<int>(cluster));
+  const Config c = choose_config(d, B, V, dt, cluster > 0 ? static_cast<int>(cluster) : 0);
   p.chunk = c.chunk;
   p.resident = c.resident;
   cudaStream_t st = stream >= 0 ? reinterpret_cast<cudaStream_t>(stream)
                                 : static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, dev));
+  const bool stream_k = use_stream(d, p, static_cast<int>(cluster));
   switch (dt) {
-    case fs::kF32: launch<fs::kF32>(p, c, d, st); break;
-    case fs::kBF16: launch<fs::kBF16>(p, c, d, st); break;
-    default: launch<fs::kF16>(p, c, d, st); break;
+    case fs::kF32: launch<fs::kF32>(p, c, d, st, stream_k); break;
+    case fs::kBF16: launch<fs::kBF16>(p, c, d, st, stream_k); break;
+    default: launch<fs::kF16>(p, c, d, st, stream_k); break;
   }
   if (cur != dev) cudaSetDevice(cur);
-  return c.S;
+  return stream_k ? -1 : c.S;
 }
 
 int64_t current_stream(TensorView t) {
@@ -257,9 +280,15 @@ int64_t current_stream(TensorView t) {
 
 tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster, int64_t device) {
   const DevInfo& d = dev_info(static_cast<int>(device));
-  Config c = choose_config(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(dt), static_cast<int>(cluster));
+  Config c = choose_config(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(dt),
+                           cluster > 0 ? static_cast<int>(cluster) : 0);
+  fs::Params q = {};
+  q.B = static_cast<int>(B);
+  q.mode = fs::kSample;
+  q.has_topk = 1;
+  const bool sk = use_stream(d, q, static_cast<int>(cluster));
   return tvm::ffi::String(std::to_string(c.S) + "," + std::to_string(c.chunk) + "," + std::to_string(c.resident) + "," +
-                          std::to_string(c.smem) + "," + std::to_string(d.sms) + "," + std::to_string(d.major));
+                          std::to_string(c.smem) + "," + std::to_string(d.sms) + "," + std::to_string(d.major) + "," + std::to_string(sk ? 1 : 0));
 }
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(sample, sample);

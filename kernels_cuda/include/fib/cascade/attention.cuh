@@ -47,12 +47,13 @@ struct LevelParams {
   int64_t o_stride_n, o_stride_h;
 };
 
-template <int D, int WM = 4>
+template <int D, int WM = 4, int MT = 1>
 struct LevelCfg {
-  // 16-row tiles (decode-like levels) re-read Q from smem: frees registers for 4 CTAs/SM
-  static constexpr bool Q_IN_REGS = D <= 128 && WM > 1;
-  static constexpr int TILE_KV = 64;
-  static constexpr int STAGES = D <= 128 ? 3 : 2;
+  // 16-row tiles (decode-like levels) and 2-m-tile warps re-read Q from smem (register budget)
+  static constexpr bool Q_IN_REGS = D <= 128 && WM > 1 && MT == 1;
+  // 2-m-tile warps at head_dim 128 walk 32-key tiles (registers: S 32 + O 128 floats per thread)
+  static constexpr int TILE_KV = (MT == 2 && D == 128) ? 32 : 64;
+  static constexpr int STAGES = (MT == 2 && D == 128) ? 4 : ((D <= 128 && MT == 1) ? 3 : 2);
   static constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
   static constexpr int STG_STRIDE = D + 4;  // fp32 staging row stride
 };
@@ -63,27 +64,34 @@ __device__ __forceinline__ int swz(int row, int col) {
   return row * D + ((((col >> 3) ^ (row & 7))) << 3);
 }
 
-template <typename T, int D, int WM, int WK>
-__global__ void __launch_bounds__(32 * WM * WK, (WM == 1 && D <= 128) ? 4 : (WM * WK == 8 ? 1 : 2))
+// Lazy rescaling (FlashAttention-4): the running max moves only when a row's max grows by more
+// than this (log2 units), so P <= 2^8 and O is rescaled on few tiles.
+#define FIB_RESCALE_THRESHOLD 8.0f
+
+template <typename T, int D, int WM, int WK, int MT>
+__global__ void __launch_bounds__(32 * WM * WK, (WM == 1 && D <= 128) ? 4 : 2)
     cascade_level_kernel(const LevelParams p) {
-  using Cfg = LevelCfg<D, WM>;
+  using Cfg = LevelCfg<D, WM, MT>;
   constexpr int TILE_KV = Cfg::TILE_KV;
   constexpr int STAGES = Cfg::STAGES;
-  constexpr int ROWS = 16 * WM;
+  constexpr int WROWS = 16 * MT;     // rows per warp
+  constexpr int ROWS = WROWS * WM;   // rows per CTA tile
   constexpr int NKW = TILE_KV / WK;  // keys per warp per tile
   constexpr int NT = NKW / 8;        // score n-tiles per warp
   constexpr int KS = D / 16;         // k-steps over head dim
   constexpr int DT = D / 8;          // output n-tiles
   constexpr int CH = Cfg::CHUNKS;
   constexpr int NTHR = 32 * WM * WK;
-  static_assert(WM * WK == 4 || (WM == 8 && WK == 1), "4 warps, or 8 warps x 16 rows");
+  constexpr int ROWB = D * 2;        // bytes per smem row
+  constexpr int STAGE_BYTES = 2 * TILE_KV * ROWB;
+  static_assert(WM * WK == 4, "4 warps");
+  static_assert(MT == 1 || WK == 1, "2 m-tiles per warp only without key split");
   static_assert(NKW % 16 == 0, "keys per warp must be a multiple of 16");
 
   extern __shared__ __align__(128) uint8_t smem_raw[];
   T* q_s = reinterpret_cast<T*>(smem_raw);
   T* kv_s = q_s + ROWS * D;  // stage s: K at kv_s + s*2*TILE_KV*D, V after it
   float* stg = reinterpret_cast<float*>(kv_s);  // aliases the KV stages after the main loop
-  // lse staging lives after the fp32 staging area (the KV stages are dead by then)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / WK, wk = warp % WK;
 
@@ -139,7 +147,9 @@ __global__ void __launch_bounds__(32 * WM * WK, (WM == 1 && D <= 128) ? 4 : (WM 
   const int rbase = tid / CH;
   const unsigned ps_u = static_cast<unsigned>(p.page_size);
   const unsigned ps_magic = ps_u > 1 ? 0xFFFFFFFFu / ps_u + 1u : 0u;
-  int pg[NR];  // page id (or -1) for rows of tile `pg_tile`
+  const uint32_t kv_s_u32 = smem_u32(kv_s);
+  const uint32_t dst_off = static_cast<uint32_t>(swz<D>(rbase, ch * 8)) * 2u;  // + i*RSTEP rows
+  int pg[NR];  // page id (or -1) of the rows of the next tile to issue
   auto fetch_pages = [&](int t) {
     const int kbase = k_begin + t * TILE_KV;
 #pragma unroll
@@ -154,14 +164,11 @@ __global__ void __launch_bounds__(32 * WM * WK, (WM == 1 && D <= 128) ? 4 : (WM 
     }
   };
   auto issue_tile = [&](int t) {
-    const int stage = t % STAGES;
-    T* ks = kv_s + stage * 2 * TILE_KV * D;
-    T* vs = ks + TILE_KV * D;
+    const uint32_t kdst = kv_s_u32 + (t % STAGES) * STAGE_BYTES + dst_off;
     const int kbase = k_begin + t * TILE_KV;
 #pragma unroll
     for (int i = 0; i < NR; ++i) {
-      const int r = rbase + i * RSTEP;
-      const int kpos = kbase + r;
+      const int kpos = kbase + rbase + i * RSTEP;
       const bool valid = pg[i] >= 0;
       const T* ksrc = kg;
       const T* vsrc = vg;
@@ -173,8 +180,15 @@ __global__ void __launch_bounds__(32 * WM * WK, (WM == 1 && D <= 128) ? 4 : (WM 
         ksrc = kg + o;
         vsrc = vg + o;
       }
-      cp_async16(smem_u32(ks + swz<D>(r, ch * 8)), ksrc, valid);
-      cp_async16(smem_u32(vs + swz<D>(r, ch * 8)), vsrc, valid);
+      // rows i*RSTEP apart: when RSTEP is a multiple of 8 the swizzle pattern is the same
+      uint32_t d;
+      if constexpr (RSTEP % 8 == 0) {
+        d = kdst + i * RSTEP * ROWB;
+      } else {
+        d = kdst - dst_off + static_cast<uint32_t>(swz<D>(rbase + i * RSTEP, ch * 8)) * 2u;
+      }
+      cp_async16(d, ksrc, valid);
+      cp_async16(d + TILE_KV * ROWB, vsrc, valid);
     }
   };
 
@@ -188,35 +202,55 @@ __global__ void __launch_bounds__(32 * WM * WK, (WM == 1 && D <= 128) ? 4 : (WM 
   }
   if (STAGES - 1 < ntiles) fetch_pages(STAGES - 1);
 
-  // per-thread rows: lane/4 and lane/4 + 8 of this warp's m-tile
-  int kmax[2];
+  // per-thread rows: (wm*MT + mt)*16 + lane/4 (+8) of the tile
+  int kmax[MT][2];
+  int kmax_min = 1 << 30;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    int gr = row0 + wm * 16 + (lane >> 2) + h * 8;
-    int lim = k_end;
-    if (p.causal) {
-      int qi = gr / G;
-      lim = min(lim, kv_len - qo_len + qi + 1);
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int gr = row0 + (wm * MT + mt) * 16 + (lane >> 2) + h * 8;
+      int lim = k_end;
+      if (p.causal) lim = min(lim, kv_len - qo_len + gr / G + 1);
+      kmax[mt][h] = lim;
+      kmax_min = min(kmax_min, lim);
     }
-    kmax[h] = lim;
-  }
-  const int kmax_min = min(kmax[0], kmax[1]);
 
-  float o[DT][4];
+  float o[MT][DT][4];
 #pragma unroll
-  for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < DT; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = kNegInf, l[mt][0] = l[mt][1] = 0.f;
+  const float sc = p.sm_scale_log2;
+
+  // ldmatrix byte offsets (swizzle folded in; only compile-time offsets are added later).
+  // K (B of QK^T, non-trans): rows kofs + nt*8 + (lane&7), chunk kp*4 + lane/8
+  // V (B of PV, trans): rows kofs + kk*16 + (lane&7) + ((lane>>3)&1)*8, chunk dp*2 + lane/16
+  // Q (A): rows wrow0 + mt*16 + (lane&7) + ((lane>>3)&1)*8, chunk kk*2 + lane/16
+  const int kofs = wk * NKW;
+  const int l7 = lane & 7;
+  uint32_t koff[2], voff[4], qoff[4];
+#pragma unroll
+  for (int e = 0; e < 2; ++e)
+    koff[e] = static_cast<uint32_t>((kofs + l7) * ROWB + (((e * 4 + (lane >> 3)) ^ l7) << 4));
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    voff[e] = static_cast<uint32_t>(TILE_KV * ROWB + (kofs + l7 + ((lane >> 3) & 1) * 8) * ROWB +
+                                    (((e * 2 + (lane >> 4)) ^ l7) << 4));
+    qoff[e] = smem_u32(q_s) + static_cast<uint32_t>((wm * WROWS + l7 + ((lane >> 3) & 1) * 8) * ROWB +
+                                                   (((e * 2 + (lane >> 4)) ^ l7) << 4));
+  }
 
   uint32_t qf[Cfg::Q_IN_REGS ? KS : 1][4];
   // wait for Q (oldest group): groups committed so far = 1 + (STAGES-1)
   cp_async_wait<STAGES - 1>();
   __syncthreads();
-  const int q_row_l = wm * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int q_col_l = (lane >> 4) * 8;
   if constexpr (Cfg::Q_IN_REGS) {
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-      ldmatrix_x4(qf[kk], smem_u32(q_s + swz<D>(q_row_l, kk * 16 + q_col_l)));
+    for (int kk = 0; kk < KS; ++kk) ldmatrix_x4(qf[kk], qoff[kk & 3] + (kk >> 2) * 128);
   }
 
   for (int t = 0; t < ntiles; ++t) {
@@ -228,103 +262,132 @@ __global__ void __launch_bounds__(32 * WM * WK, (WM == 1 && D <= 128) ? 4 : (WM 
     }
     cp_async_commit();
 
-    const int stage = t % STAGES;
-    const T* ks = kv_s + stage * 2 * TILE_KV * D;
-    const T* vs = ks + TILE_KV * D;
-    const int kofs = wk * NKW;
+    const uint32_t tb = kv_s_u32 + (t % STAGES) * STAGE_BYTES;
 
-    // ---- S = Q K^T  (16 x NKW per warp)
-    float s[NT][4];
+    // ---- S = Q K^T  (WROWS x NKW per warp), raw scores
+    float s[MT][NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
 #pragma unroll
     for (int kp = 0; kp < KS / 2; ++kp) {
-      uint32_t b[NT][4];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        ldmatrix_x4(b[nt], smem_u32(ks + swz<D>(kofs + nt * 8 + (lane & 7), kp * 32 + (lane >> 3) * 8)));
       if constexpr (Cfg::Q_IN_REGS) {
+        uint32_t b[NT][4];
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma16816<T>(s[nt], qf[2 * kp], b[nt][0], b[nt][1]);
+        for (int nt = 0; nt < NT; ++nt) ldmatrix_x4(b[nt], tb + koff[kp & 1] + (kp >> 1) * 128 + nt * 8 * ROWB);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma16816<T>(s[nt], qf[2 * kp + 1], b[nt][2], b[nt][3]);
+        for (int nt = 0; nt < NT; ++nt) mma16816<T>(s[0][nt], qf[2 * kp], b[nt][0], b[nt][1]);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma16816<T>(s[0][nt], qf[2 * kp + 1], b[nt][2], b[nt][3]);
       } else {
-        uint32_t a0[4], a1[4];
-        ldmatrix_x4(a0, smem_u32(q_s + swz<D>(q_row_l, (2 * kp) * 16 + q_col_l)));
-        ldmatrix_x4(a1, smem_u32(q_s + swz<D>(q_row_l, (2 * kp + 1) * 16 + q_col_l)));
+        uint32_t a[MT][2][4];
+        const int k0 = 2 * kp, k1 = 2 * kp + 1;
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma16816<T>(s[nt], a0, b[nt][0], b[nt][1]);
+        for (int mt = 0; mt < MT; ++mt) {
+          ldmatrix_x4(a[mt][0], qoff[k0 & 3] + (k0 >> 2) * 128 + mt * 16 * ROWB);
+          ldmatrix_x4(a[mt][1], qoff[k1 & 3] + (k1 >> 2) * 128 + mt * 16 * ROWB);
+        }
+        constexpr int NB = NT;
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma16816<T>(s[nt], a1, b[nt][2], b[nt][3]);
+        for (int n0 = 0; n0 < NT; n0 += NB) {
+          uint32_t b[NB][4];
+#pragma unroll
+          for (int j = 0; j < NB; ++j)
+            ldmatrix_x4(b[j], tb + koff[kp & 1] + (kp >> 1) * 128 + (n0 + j) * 8 * ROWB);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int j = 0; j < NB; ++j) mma16816<T>(s[mt][n0 + j], a[mt][0], b[j][0], b[j][1]);
+#pragma unroll
+            for (int j = 0; j < NB; ++j) mma16816<T>(s[mt][n0 + j], a[mt][1], b[j][2], b[j][3]);
+          }
+        }
       }
     }
 
-    // ---- scale, mask, online softmax (base 2)
+    // ---- mask, online softmax (base 2, lazy rescale)
     const int tile_k0 = k_begin + t * TILE_KV + kofs;
-    const bool need_mask = tile_k0 + NKW > kmax_min;
+    if (tile_k0 + NKW > kmax_min) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nt][e] * p.sm_scale_log2;
-        if (need_mask) {
-          int key = tile_k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-          if (key >= kmax[e >> 1]) x = kNegInf;
-        }
-        s[nt][e] = x;
-      }
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            int key = tile_k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+            if (key >= kmax[mt][e >> 1]) s[mt][nt][e] = kNegInf;
+          }
     }
+    float alpha[MT][2];
+    bool moved = false;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = kNegInf;
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-      float m_new = fmaxf(m[h], mx);
-      float m_use = m_new == kNegInf ? 0.f : m_new;
-      float alpha = ptx_exp2(m[h] - m_use);
-      m[h] = m_new;
-      float rs = 0.f;
+      for (int h = 0; h < 2; ++h) {
+        float mx = kNegInf;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        float p0 = ptx_exp2(s[nt][2 * h] - m_use);
-        float p1 = ptx_exp2(s[nt][2 * h + 1] - m_use);
-        s[nt][2 * h] = p0;
-        s[nt][2 * h + 1] = p1;
-        rs += p0 + p1;
+        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        const float mxs = mx * sc;  // scaled (sc > 0 keeps the order; -inf stays -inf)
+        const float m_new = (mxs > m[mt][h] + FIB_RESCALE_THRESHOLD) ? mxs : m[mt][h];
+        alpha[mt][h] = m_new == m[mt][h] ? 1.f : ptx_exp2(m[mt][h] - m_new);  // 0 from -inf
+        moved |= m_new != m[mt][h];
+        m[mt][h] = m_new;
+        const float m_use = m_new == kNegInf ? 0.f : m_new;
+        float rs = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const float p0 = ptx_exp2(fmaf(s[mt][nt][2 * h], sc, -m_use));
+          const float p1 = ptx_exp2(fmaf(s[mt][nt][2 * h + 1], sc, -m_use));
+          s[mt][nt][2 * h] = p0;
+          s[mt][nt][2 * h + 1] = p1;
+          rs += p0 + p1;
+        }
+        l[mt][h] = l[mt][h] * alpha[mt][h] + rs;
       }
-      l[h] = l[h] * alpha + rs;
+    if (__any_sync(0xffffffff, moved)) {
 #pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        o[dt][2 * h] *= alpha;
-        o[dt][2 * h + 1] *= alpha;
-      }
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          o[mt][dt][0] *= alpha[mt][0];
+          o[mt][dt][1] *= alpha[mt][0];
+          o[mt][dt][2] *= alpha[mt][1];
+          o[mt][dt][3] *= alpha[mt][1];
+        }
     }
 
     // ---- O += P V
 #pragma unroll
     for (int kk = 0; kk < NKW / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = TypeTraits<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = TypeTraits<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = TypeTraits<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = TypeTraits<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      const int vrow = kofs + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        a[mt][0] = TypeTraits<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = TypeTraits<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = TypeTraits<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = TypeTraits<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
       constexpr int DP = D / 16;
-      constexpr int DPB_MAX = WM == 1 ? 2 : 8;  // fragments loaded per batch (register budget)
+      constexpr int DPB_MAX = (WM == 1 || MT == 2) ? 2 : 8;  // fragments per batch (registers)
       constexpr int DPB = DP > DPB_MAX ? DPB_MAX : DP;
 #pragma unroll
       for (int db = 0; db < DP; db += DPB) {
         uint32_t b[DPB][4];
 #pragma unroll
-        for (int j = 0; j < DPB; ++j)
-          ldmatrix_x4_trans(b[j], smem_u32(vs + swz<D>(vrow, (db + j) * 16 + (lane >> 4) * 8)));
-#pragma unroll
         for (int j = 0; j < DPB; ++j) {
-          mma16816<T>(o[2 * (db + j)], a, b[j][0], b[j][1]);
-          mma16816<T>(o[2 * (db + j) + 1], a, b[j][2], b[j][3]);
+          const int dp = db + j;
+          ldmatrix_x4_trans(b[j], tb + voff[dp & 3] + (dp >> 2) * 128 + kk * 16 * ROWB);
         }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int j = 0; j < DPB; ++j) {
+            mma16816<T>(o[mt][2 * (db + j)], a[mt], b[j][0], b[j][1]);
+            mma16816<T>(o[mt][2 * (db + j) + 1], a[mt], b[j][2], b[j][3]);
+          }
       }
     }
   }
@@ -335,33 +398,31 @@ __global__ void __launch_bounds__(32 * WM * WK, (WM == 1 && D <= 128) ? 4 : (WM 
   constexpr int SS = Cfg::STG_STRIDE;
   constexpr int STG_BYTES = WK * ROWS * SS * 4;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float lt = l[h];
-    lt += __shfl_xor_sync(0xffffffff, lt, 1);
-    lt += __shfl_xor_sync(0xffffffff, lt, 2);
-    l[h] = lt;
-  }
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float lt = l[mt][h];
+      lt += __shfl_xor_sync(0xffffffff, lt, 1);
+      lt += __shfl_xor_sync(0xffffffff, lt, 2);
+      l[mt][h] = lt;
+    }
+  float* lse_stage = reinterpret_cast<float*>(smem_raw + (size_t)ROWS * D * 2 + (size_t)STG_BYTES);
   {
     float* st = stg + (wk * ROWS) * SS;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      int r = wm * 16 + (lane >> 2) + h * 8;
-      float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        *reinterpret_cast<float2*>(st + r * SS + dt * 8 + (lane & 3) * 2) =
-            make_float2(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+      for (int h = 0; h < 2; ++h) {
+        const int r = (wm * MT + mt) * 16 + (lane >> 2) + h * 8;
+        const float inv = l[mt][h] > 0.f ? 1.f / l[mt][h] : 0.f;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          *reinterpret_cast<float2*>(st + r * SS + dt * 8 + (lane & 3) * 2) =
+              make_float2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+        }
+        if ((lane & 3) == 0)
+          lse_stage[wk * ROWS + r] = l[mt][h] > 0.f ? m[mt][h] + ptx_log2(l[mt][h]) : kNegInf;
       }
-    }
-  }
-  // lse staging: after the staging area (host computes the same offset)
-  float* lse_stage = reinterpret_cast<float*>(smem_raw + (size_t)ROWS * D * 2 + (size_t)STG_BYTES);
-  if ((lane & 3) == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      int r = wm * 16 + (lane >> 2) + h * 8;
-      lse_stage[wk * ROWS + r] = l[h] > 0.f ? m[h] + ptx_log2(l[h]) : kNegInf;
-    }
   }
   __syncthreads();
 
@@ -414,10 +475,10 @@ __global__ void __launch_bounds__(32 * WM * WK, (WM == 1 && D <= 128) ? 4 : (WM 
 }
 
 // dynamic shared memory for a config (must match the kernel's layout)
-template <int D, int WM, int WK>
+template <int D, int WM, int WK, int MT>
 inline int level_smem(int stages_alloc) {
-  constexpr int ROWS = 16 * WM;
-  int kv = stages_alloc * 2 * 64 * D * 2;
+  constexpr int ROWS = 16 * WM * MT;
+  int kv = stages_alloc * 2 * LevelCfg<D, WM, MT>::TILE_KV * D * 2;
   int stg = WK * ROWS * (D + 4) * 4;
   return ROWS * D * 2 + (kv > stg ? kv : stg) + WK * ROWS * 4;
 }

@@ -48,54 +48,174 @@ struct Params {
   int seed_per_row, offset_per_row;
 };
 
-// Finds bucket b (bins 4t..4t+3 held by thread t, values v) with above(b) < target <= above(b)+v(b),
-// above(b) = sum of v over bins > b. Writes sh_b (-1 when none), sh_above, sh_v; returns block total.
-__device__ __forceinline__ uint64_t find_bucket(const uint64_t v[kBinsPerThread], uint64_t target, int* sh_b,
-                                                uint64_t* sh_above, uint64_t* sh_v, uint64_t* scratch) {
-  if (threadIdx.x == 0) *sh_b = -1;
-  uint64_t s = 0;
+constexpr int kGroups = kBins / 32;  // 64 coarse groups of 32 bins
+constexpr int kCand = kBins;         // candidate path: at most 2048 kept tokens (fits one hist buffer)
+
+// Coarse sums of a local histogram (32 bins per group), written before the cluster barrier so
+// that other CTAs read 64 + 32 values per rank instead of 2048.
+template <class T>
+__device__ __forceinline__ void build_coarse(const T* buf, uint64_t* csum) {
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 #pragma unroll
-  for (int j = 0; j < kBinsPerThread; ++j) s += v[j];
-  uint64_t total;
-  uint64_t excl = block_excl_scan_u64(s, scratch, &total);  // has __syncthreads
-  uint64_t above = total - excl - s;
+  for (int q = 0; q < kGroups / kWarps; ++q) {
+    const int g = wid * (kGroups / kWarps) + q;
+    uint64_t v = static_cast<uint64_t>(buf[g * 32 + lane]);
+    v = warp_sum_u64(v);
+    if (lane == 0) csum[g] = v;
+  }
+}
+
+__device__ __forceinline__ uint64_t warp_incl_suffix_u64(uint64_t v, int lane) {
 #pragma unroll
-  for (int j = kBinsPerThread - 1; j >= 0; --j) {
-    if (v[j] > 0 && above < target && target <= above + v[j]) {
-      *sh_b = threadIdx.x * kBinsPerThread + j;
-      *sh_above = above;
-      *sh_v = v[j];
+  for (int d = 1; d < 32; d <<= 1) {
+    uint64_t o = __shfl_down_sync(0xffffffffu, v, d);
+    if (lane + d < 32) v += o;
+  }
+  return v;
+}
+
+// Cluster-wide bucket selection over the histograms `buf` (+ their coarse sums `csum`) of all S
+// CTAs: finds bin b with above(b) < target <= above(b) + v(b), above(b) = sum of bins > b.
+// Writes *sh_b (-1 when none), *sh_above, *sh_v; returns the cluster total. Called by all threads.
+template <class T>
+__device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint32_t S, uint64_t target, int* sh_b,
+                                                   uint64_t* sh_above, uint64_t* sh_v, uint64_t* scratch,
+                                                   int* sh_grp, uint64_t* sh_gabove) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  if (tid == 0) {
+    *sh_b = -1;
+    *sh_grp = -1;
+  }
+  uint64_t g = 0, suf = 0;
+  if (tid < kGroups) {
+#pragma unroll
+    for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r)
+      if (r < S) g += cl_remote(csum, r)[tid];
+    suf = warp_incl_suffix_u64(g, lane);
+    if (lane == 0) scratch[tid >> 5] = suf;
+  }
+  __syncthreads();
+  const uint64_t total = scratch[0] + scratch[1];
+  if (tid < kGroups) {
+    const uint64_t above = suf - g + (tid < 32 ? scratch[1] : 0ull);
+    if (g > 0 && above < target && target <= above + g) {
+      *sh_grp = tid;
+      *sh_gabove = above;
     }
-    above += v[j];
+  }
+  __syncthreads();
+  const int grp = *sh_grp;
+  if (grp >= 0 && tid < 32) {
+    const int bin = grp * 32 + lane;
+    uint64_t v = 0;
+#pragma unroll
+    for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r)
+      if (r < S) v += static_cast<uint64_t>(cl_remote(buf, r)[bin]);
+    const uint64_t sx = warp_incl_suffix_u64(v, lane);
+    const uint64_t above = *sh_gabove + sx - v;
+    if (v > 0 && above < target && target <= above + v) {
+      *sh_b = bin;
+      *sh_above = above;
+      *sh_v = v;
+    }
   }
   __syncthreads();
   return total;
-}
-
-template <class T>
-__device__ __forceinline__ void cluster_totals(T* buf, uint32_t S, uint64_t v[kBinsPerThread]) {
-#pragma unroll
-  for (int j = 0; j < kBinsPerThread; ++j) v[j] = 0;
-  for (uint32_t r = 0; r < S; ++r) {
-    const T* rb = cl_remote(buf, r) + threadIdx.x * kBinsPerThread;
-    if constexpr (sizeof(T) == 4) {
-      uint4 q = *reinterpret_cast<const uint4*>(rb);
-      v[0] += q.x; v[1] += q.y; v[2] += q.z; v[3] += q.w;
-    } else {
-      ulonglong2 a = reinterpret_cast<const ulonglong2*>(rb)[0];
-      ulonglong2 b = reinterpret_cast<const ulonglong2*>(rb)[1];
-      v[0] += a.x; v[1] += a.y; v[2] += b.x; v[3] += b.y;
-    }
-  }
 }
 
 __device__ __forceinline__ bool kept_pred(uint32_t key, int i, uint32_t lo, int cut) {
   return key > lo || (key == lo && i < cut);
 }
 
+
+// Sorts G[0..P) descending (P a power of two, >= 32). All threads of the CTA.
+__device__ __forceinline__ void bitonic_sort_desc(uint64_t* G, int P) {
+  for (int size = 2; size <= P; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int t = threadIdx.x; t < (P >> 1); t += kThreads) {
+        const int i = 2 * t - (t & (stride - 1));
+        const int j = i + stride;
+        const uint64_t a = G[i], b = G[j];
+        const bool desc = (i & size) == 0;
+        if ((a < b) == desc) {
+          G[i] = b;
+          G[j] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// G[0..nc) = candidates (key << 32 | ~index) sorted descending (value desc, index asc), nc <= 2048.
+// top-p on the sorted prefix sums (exact, ties kept together), then the inverse-CDF draw.
+// base = joint ? full-row weight total : 0 (0: the kept total, i.e. top_k_first).
+__device__ __forceinline__ void finish_sorted(const Params& p, const uint64_t* G, int nc, const WeightCtx& wc,
+                                              bool use_p, float tp, uint64_t joint_base, bool joint, int row,
+                                              uint64_t* sh_scratch, uint64_t* sh_tot) {
+  const int tid = threadIdx.x;
+  uint64_t w[4], ex[4];
+  uint64_t ls = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int j = 4 * tid + q;
+    w[q] = (j < nc) ? weight_of(static_cast<uint32_t>(G[j] >> 32), wc) : 0ull;
+    ls += w[q];
+  }
+  uint64_t total_k;
+  uint64_t run = block_excl_scan_u64(ls, sh_scratch, &total_k);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    ex[q] = run;
+    run += w[q];
+  }
+  int nkeep = nc;
+  if (use_p && total_k > 0) {
+    const uint64_t base = joint ? joint_base : total_k;
+    double tt = ceil(static_cast<double>(tp) * static_cast<double>(base));
+    const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
+    int J = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) J += __syncthreads_count((4 * tid + q) < nc && ex[q] < target);
+    if (J >= 1 && J < nc) {
+      const uint32_t kl = static_cast<uint32_t>(G[J - 1] >> 32);
+      int ext = 0;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int j = 4 * tid + q;
+        ext += __syncthreads_count(j >= J && j < nc && static_cast<uint32_t>(G[j] >> 32) == kl);
+      }
+      J += ext;
+    }
+    nkeep = J < 1 ? 1 : J;
+  }
+  if (tid == 0) *sh_tot = total_k;
+  __syncthreads();
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    if (4 * tid + q == nkeep) *sh_tot = ex[q];
+  __syncthreads();
+  const uint64_t tot = *sh_tot;
+  if (tot == 0) {
+    if (tid == 0) p.out_idx[row] = 0;
+    return;
+  }
+  const uint64_t seed = static_cast<uint64_t>(p.seed_arr ? p.seed_arr[p.seed_per_row ? row : 0] : p.seed_val);
+  const uint64_t offset = static_cast<uint64_t>(p.offset_arr ? p.offset_arr[p.offset_per_row ? row : 0] : p.offset_val);
+  const uint64_t tgt = __umul64hi(row_random64(seed, offset, static_cast<uint32_t>(row)), tot);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int j = 4 * tid + q;
+    if (j < nkeep && w[q] > 0 && ex[q] <= tgt && tgt < ex[q] + w[q])
+      p.out_idx[row] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(G[j]));
+  }
+}
+
+// One row (the slice `rank` of S) of the general algorithm. Called by the cluster kernel, and by
+// the streaming kernel (S = 1, not resident) for rows it does not handle itself.
 template <int DT>
-__global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
-  extern __shared__ __align__(16) unsigned char dsm[];
+__device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, const int row, const uint32_t rank,
+                                           const uint32_t S, const int chunk, const bool resident) {
   uint64_t* hist = reinterpret_cast<uint64_t*>(dsm);  // [2][kBins]; count passes use the low half as u32
   uint32_t* skeys = reinterpret_cast<uint32_t*>(dsm + 2 * kBins * sizeof(uint64_t));
   __shared__ uint64_t sh_scratch[kWarps];
@@ -103,19 +223,18 @@ __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
   __shared__ uint64_t sh_slot[4];
   __shared__ uint64_t sh_gather[kMaxCluster];
   __shared__ uint64_t sh_above, sh_v;
-  __shared__ int sh_b, sh_cut, sh_take, sh_local;
+  __shared__ uint64_t sh_csum[2][kGroups];
+  __shared__ uint64_t sh_gabove;
+  __shared__ int sh_b, sh_cut, sh_take, sh_local, sh_grp, sh_cnt;
   __shared__ uint32_t sh_max;
 
   constexpr int ESIZE = (DT == kF32) ? 4 : 2;
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
-  const int row = blockIdx.y;
-  const uint32_t rank = cl_rank(), S = cl_size();
   const int V = p.V;
-  const int64_t start = static_cast<int64_t>(rank) * p.chunk;
+  const int64_t start = static_cast<int64_t>(rank) * chunk;
   const int64_t n_rem = static_cast<int64_t>(V) - start;
-  const int n = n_rem <= 0 ? 0 : static_cast<int>(n_rem < p.chunk ? n_rem : p.chunk);
+  const int n = n_rem <= 0 ? 0 : static_cast<int>(n_rem < chunk ? n_rem : chunk);
   const bool logits = p.is_logits != 0;
-  const bool resident = p.resident != 0;
   const char* in_row = reinterpret_cast<const char*>(p.in) + (static_cast<int64_t>(row) * p.in_stride + start) * ESIZE;
 
   // ---- per-row parameters
@@ -210,6 +329,7 @@ __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
   }
   __syncthreads();
   if (tid == 0) sh_slot[0] = sh_max;
+  if (use_k) build_coarse(cnt0, sh_csum[0]);
   cl_sync();  // (A) keys, delegate histogram and local maxima visible cluster-wide
   if (tid < static_cast<int>(S)) sh_gather[tid] = *cl_remote(&sh_slot[0], tid);
   __syncthreads();
@@ -245,9 +365,8 @@ __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
 
   // ---- 2. top-k
   if (use_k) {
-    uint64_t v[kBinsPerThread];
-    cluster_totals(cnt0, S, v);
-    find_bucket(v, static_cast<uint64_t>(k), &sh_b, &sh_above, &sh_v, sh_scratch);
+    cluster_select(cnt0, sh_csum[0], S, static_cast<uint64_t>(k), &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp,
+                   &sh_gabove);
     const uint32_t L = sh_b >= 0 ? (static_cast<uint32_t>(sh_b) << 21) : 0u;
     uint32_t prefix = 0, mask = 0;
     uint64_t rem = static_cast<uint64_t>(k);
@@ -255,6 +374,7 @@ __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
       const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
       const uint32_t dmask = pass == 2 ? 0x3ffu : 0x7ffu;
       uint32_t* cnt = reinterpret_cast<uint32_t*>(hist + (stage & 1) * kBins);
+      uint64_t* cs = sh_csum[stage & 1];
       ++stage;
       for (int b = tid; b < kBins; b += kThreads) cnt[b] = 0u;
       __syncthreads();
@@ -262,9 +382,10 @@ __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
         uint32_t key = FIB_KEY(i);
         if (key >= L && (key & mask) == prefix) atomicAdd(&cnt[(key >> shift) & dmask], 1u);
       }
+      __syncthreads();
+      build_coarse(cnt, cs);
       cl_sync();
-      cluster_totals(cnt, S, v);
-      find_bucket(v, rem, &sh_b, &sh_above, &sh_v, sh_scratch);
+      cluster_select(cnt, cs, S, rem, &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp, &sh_gabove);
       const int b = sh_b;
       if (b < 0) break;  // cannot happen (rem <= candidates); keep everything above the prefix
       rem -= sh_above;
@@ -322,6 +443,67 @@ __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
     }
   }
 
+  // ---- 4a. candidate path (sampling with top-k <= 2048): gather the kept tokens into rank 0,
+  // sort them (value desc, index asc), exact top-p on the sorted prefix sums, inverse-CDF draw.
+  if (p.mode == kSample && use_k && k <= kCand && wc.kind != 3) {
+    uint64_t* list = hist + (stage & 1) * kBins;   // free: last used two barriers ago
+    uint64_t* G = hist + ((stage + 1) & 1) * kBins;  // free after the next barrier
+    if (tid == 0) sh_cnt = 0;
+    __syncthreads();
+    const bool need_all = use_p && p.joint;
+    uint64_t wall = 0;
+    for (int i = tid; i < n; i += kThreads) {
+      uint32_t key = FIB_KEY(i);
+      if (need_all) wall += weight_of(key, wc);
+      if (kept_pred(key, i, lo, cut)) {
+        int pos = atomicAdd(&sh_cnt, 1);
+        if (pos < kCand)
+          list[pos] = (static_cast<uint64_t>(key) << 32) | (0xffffffffu - static_cast<uint32_t>(start + i));
+      }
+    }
+    if (need_all) {
+      wall = warp_sum_u64(wall);
+      if (lane == 0) sh_wsum[wid] = wall;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      uint64_t w = 0;
+      if (need_all)
+        for (int q = 0; q < kWarps; ++q) w += sh_wsum[q];
+      sh_slot[1] = w;
+      sh_slot[3] = static_cast<uint64_t>(min(sh_cnt, kCand));
+    }
+    cl_sync();
+    if (rank == 0) {
+      if (tid < static_cast<int>(S)) {
+        sh_gather[tid] = *cl_remote(&sh_slot[3], tid);
+        sh_wsum[tid] = *cl_remote(&sh_slot[1], tid);
+      }
+      __syncthreads();
+      int nc = 0;
+      uint64_t wall_tot = 0;
+      for (uint32_t r = 0; r < S; ++r) {
+        const int c = static_cast<int>(sh_gather[r]);
+        const uint64_t* rl = cl_remote(list, r);
+        for (int j = tid; j < c && nc + j < kCand; j += kThreads) G[nc + j] = rl[j];
+        nc += c;
+        wall_tot += sh_wsum[r];
+      }
+      nc = min(nc, kCand);
+      int P = 32;
+      while (P < nc) P <<= 1;
+      for (int j = nc + tid; j < P; j += kThreads) G[j] = 0ull;
+      __syncthreads();
+      cl_arrive();  // rank 0 is done reading the other CTAs
+      bitonic_sort_desc(G, P);
+      finish_sorted(p, G, nc, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch, &sh_above);
+    } else {
+      cl_arrive();
+    }
+    cl_wait();
+    return;
+  }
+
   // ---- 4. top-p on mass
   if (use_p && wc.kind != 3) {
     uint32_t prefix = 0, mask = 0;
@@ -331,6 +513,7 @@ __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
       const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
       const uint32_t dmask = pass == 2 ? 0x3ffu : 0x7ffu;
       uint64_t* ms = hist + (stage & 1) * kBins;
+      uint64_t* cs = sh_csum[stage & 1];
       ++stage;
       for (int b = tid; b < kBins; b += kThreads) ms[b] = 0ull;
       __syncthreads();
@@ -358,21 +541,25 @@ __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
           sh_slot[1] = s;
         }
       }
+      __syncthreads();
+      build_coarse(ms, cs);
       cl_sync();
-      uint64_t v[kBinsPerThread];
-      cluster_totals(ms, S, v);
       if (pass == 0) {
-        uint64_t base;
+        uint64_t base = 0;
         if (p.joint) {
           if (tid < static_cast<int>(S)) sh_gather[tid] = *cl_remote(&sh_slot[1], tid);
           __syncthreads();
-          base = 0;
           for (uint32_t r = 0; r < S; ++r) base += sh_gather[r];
         } else {
-          uint64_t s = 0;
-#pragma unroll
-          for (int j = 0; j < kBinsPerThread; ++j) s += v[j];
-          block_excl_scan_u64(s, sh_scratch, &base);
+          if (tid < kGroups) {
+            uint64_t g = 0;
+            for (uint32_t r = 0; r < S; ++r) g += cl_remote(cs, r)[tid];
+            g = warp_sum_u64(g);
+            if ((tid & 31) == 0) sh_scratch[tid >> 5] = g;
+          }
+          __syncthreads();
+          base = sh_scratch[0] + sh_scratch[1];
+          __syncthreads();
         }
         double t = ceil(static_cast<double>(tp) * static_cast<double>(base));
         target = t < 1.0 ? 1ull : static_cast<uint64_t>(t);
@@ -381,7 +568,7 @@ __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
           break;
         }
       }
-      find_bucket(v, target - H, &sh_b, &sh_above, &sh_v, sh_scratch);
+      cluster_select(ms, cs, S, target - H, &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp, &sh_gabove);
       const int b = sh_b;
       if (b < 0) {  // the whole region is within the nucleus (only through rounding): keep it
         ok = false;
@@ -504,6 +691,12 @@ __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
   }
   cl_wait();
 #undef FIB_KEY
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
+  extern __shared__ __align__(16) unsigned char dsm[];
+  sample_row<DT>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
 }
 
 }  // namespace sampling

@@ -1,0 +1,424 @@
+"""GPU checks of fib_runtime.kernels.sampling (H200; skipped without CUDA or without the built kernels).
+
+Statistical rule used throughout: N >= 2^20 draws of one distribution; expected counts from the exact
+filtered distribution computed here in float64; bins with expected count < 5 pooled; the chi-square
+statistic converted to a z-score (Wilson-Hilferty) must stay below 4.75 (one-sided p ~ 1e-6 per
+case), and not one draw may fall outside the support. The total-variation distance is reported and
+must stay below 4 * sqrt(support / N) + 1e-3.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+cuda_ok = torch.cuda.is_available()
+pytestmark = pytest.mark.skipif(not cuda_ok, reason="needs a CUDA GPU")
+
+if cuda_ok:
+    from fib_runtime.kernels import loader
+    from fib_runtime.kernels import sampling as S
+
+    if loader.load_family("sampling") is None:  # pragma: no cover
+        pytestmark = pytest.mark.skip(reason=f"sampling kernels unavailable: {loader.reason('sampling')}")
+
+DEV = "cuda"
+Z_MAX = 4.75
+
+
+# ----------------------------------------------------------------------------- float64 references
+def ref_kept(vals: torch.Tensor, is_logits: bool, k=None, p=None, min_p=None, joint=False, temperature=1.0):
+    """Exact filtered distribution of one row (float64). Returns (q, margin): q sums to 1 over the
+    kept set; margin = distance of the top-p decision from its boundary (small = ambiguous)."""
+    v = vals.double()
+    V = v.numel()
+    if is_logits:
+        v = torch.nan_to_num(v, nan=-math.inf)
+        if temperature is not None and temperature <= 0:
+            k, p, min_p = 1, None, None
+            temperature = 1.0
+        x = v / (temperature or 1.0)
+        if torch.isposinf(x).any():
+            prob = torch.isposinf(x).double()
+        elif torch.isneginf(x).all():
+            prob = torch.zeros_like(x)
+        else:
+            prob = torch.softmax(x, 0)
+        key = v
+    else:
+        prob = torch.nan_to_num(v, nan=0.0).clamp_min(0.0)
+        if torch.isposinf(prob).any():
+            prob = torch.isposinf(prob).double()
+        key = prob
+    keep = torch.ones(V, dtype=torch.bool, device=v.device)
+    # top-k: exactly k, ties to the lower index (stable sort on -key)
+    if k is not None and 0 < k < V:
+        order = torch.sort(-key, stable=True).indices
+        keep = torch.zeros_like(keep)
+        keep[order[:k]] = True
+    if min_p is not None and min_p > 0:
+        keep &= prob >= min(min_p, 1.0) * prob.max()
+    margin = math.inf
+    if p is not None and p < 1.0 and prob.sum() > 0:
+        base = prob.sum() if joint else prob[keep].sum()
+        pk = torch.where(keep, prob, torch.zeros_like(prob))
+        vals_sorted, idx = torch.sort(pk, descending=True)
+        # mass strictly larger: group equal values
+        uniq, inv, cnt = torch.unique_consecutive(vals_sorted, return_inverse=True, return_counts=True)
+        group_mass = uniq * cnt
+        strictly_larger = torch.cumsum(group_mass, 0) - group_mass
+        thr = p * base if p > 0 else 0.0
+        kept_group = strictly_larger < thr if p > 0 else strictly_larger <= 0
+        if p > 0:
+            d = (strictly_larger - thr).abs() / max(float(base), 1e-300)
+            margin = float(d.min())
+        keep_sorted = kept_group[inv]
+        newkeep = torch.zeros_like(keep)
+        newkeep[idx[keep_sorted]] = True
+        keep &= newkeep
+    q = torch.where(keep, prob, torch.zeros_like(prob))
+    s = q.sum()
+    q = q / s if s > 0 else q
+    return q, margin
+
+
+def chi2_z(obs: torch.Tensor, q: torch.Tensor, n: int):
+    e = q * n
+    supp = q > 0
+    outside = int(obs[~supp].sum())
+    e_s, o_s = e[supp], obs[supp].double()
+    big = e_s >= 5
+    stat = float((((o_s[big] - e_s[big]) ** 2) / e_s[big]).sum())
+    bins = int(big.sum())
+    if (~big).any():
+        eo, oo = float(e_s[~big].sum()), float(o_s[~big].sum())
+        if eo > 0:
+            stat += (oo - eo) ** 2 / eo
+            bins += 1
+    dof = max(bins - 1, 1)
+    z = ((stat / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / math.sqrt(2 / (9 * dof))
+    tv = 0.5 * float((obs.double() / n - q).abs().sum())
+    return z, outside, tv, int(supp.sum())
+
+
+def draw_counts(fn, row: torch.Tensor, rows: int, calls: int, **kw):
+    x = row.unsqueeze(0).expand(rows, -1).contiguous()
+    V = row.numel()
+    counts = torch.zeros(V + 1, dtype=torch.int64, device=DEV)
+    lo = torch.zeros((), dtype=torch.int64, device=DEV)
+    seed = 1234
+    for c in range(calls):
+        s = fn(x, seed=seed, offset=c, **kw)
+        lo = torch.minimum(lo, s.min())
+        counts += torch.bincount(s.clamp(0, V), minlength=V + 1)[: V + 1]
+    assert int(lo) >= 0, "negative token id"
+    assert int(counts[V]) == 0, "token id >= V"
+    return counts[:V]
+
+
+def assert_distribution(counts, q, n, label):
+    z, outside, tv, supp = chi2_z(counts, q, n)
+    bound = 4 * math.sqrt(supp / n) + 1e-3
+    msg = f"{label}: z={z:.2f} outside={outside} tv={tv:.4g} (bound {bound:.4g}) support={supp}"
+    print(msg)
+    assert outside == 0, msg
+    assert z < Z_MAX, msg
+    assert tv < bound, msg
+
+
+def make_row(V, kind, gen, dtype=torch.float32):
+    scale = {"peaked": 4.0, "flat": 1.0, "mid": 2.0}[kind]
+    lg = torch.randn(V, generator=gen, dtype=torch.float64) * scale
+    return lg.to(dtype).to(DEV)
+
+
+N_ROWS, N_CALLS = 4096, 256  # 2^20 draws per case
+
+
+# ----------------------------------------------------------------------------- distributions
+CASES = [
+    # (name, is_logits, kwargs for the reference, api function name, api kwargs builder)
+    ("plain", dict(), "sampling_from", {}),
+    ("top_k_1", dict(k=1), "top_k_sampling_from", {"top_k": 1}),
+    ("top_k_7", dict(k=7), "top_k_sampling_from", {"top_k": 7}),
+    ("top_k_50", dict(k=50), "top_k_sampling_from", {"top_k": 50}),
+    ("top_k_V", dict(k=None), "top_k_sampling_from", {"top_k": "V"}),
+    ("top_p_0.9", dict(p=0.9), "top_p_sampling_from", {"top_p": 0.9}),
+    ("top_p_0.5", dict(p=0.5), "top_p_sampling_from", {"top_p": 0.5}),
+    ("top_p_1", dict(p=1.0), "top_p_sampling_from", {"top_p": 1.0}),
+    ("top_p_tiny", dict(p=1e-7), "top_p_sampling_from", {"top_p": 1e-7}),
+    ("min_p_0.1", dict(min_p=0.1), "min_p_sampling_from", {"min_p": 0.1}),
+    ("kp_first", dict(k=20, p=0.8), "top_k_top_p_sampling_from", {"top_k": 20, "top_p": 0.8}),
+    ("kp_joint", dict(k=20, p=0.8, joint=True), "top_k_top_p_sampling_from",
+     {"top_k": 20, "top_p": 0.8, "filter_apply_order": "joint"}),
+]
+
+
+def _api(name, src):
+    return getattr(S, f"{name}_{src}")
+
+
+@pytest.fixture
+def force_path(request):
+    old = S._CLUSTER
+    S._CLUSTER = {"auto": 0, "cluster4": 4, "stream": -1}[request.param]
+    yield request.param
+    S._CLUSTER = old
+
+
+@pytest.mark.parametrize("force_path", ["auto", "cluster4"], indirect=True)
+@pytest.mark.parametrize("V", [111, 1000])
+@pytest.mark.parametrize("kind", ["peaked", "flat"])
+@pytest.mark.parametrize("src", ["probs", "logits"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_distribution(case, src, kind, V, force_path):
+    """auto: B=4096 takes the streaming kernel for top-k, the cluster kernel otherwise;
+    cluster4: the cluster kernel (4 CTAs per row, candidate gather for top-k) for every case."""
+    name, refkw, api, apikw = case
+    if force_path == "cluster4" and "k" not in refkw:
+        pytest.skip("same kernel as auto")
+    gen = torch.Generator().manual_seed(hash((name, src, kind, V)) & 0xFFFF)
+    is_logits = src == "logits"
+    for _ in range(20):  # pick a row whose top-p decision is not within 1e-5 of its boundary
+        lg = make_row(V, kind, gen)
+        row = lg if is_logits else torch.softmax(lg.double(), 0).float()
+        q, margin = ref_kept(row, is_logits, **refkw)
+        if margin > 1e-5:
+            break
+    kw = {a: (V if b == "V" else b) for a, b in apikw.items()}
+    n = N_ROWS * N_CALLS
+    counts = draw_counts(_api(api, src), row, N_ROWS, N_CALLS, **kw)
+    assert_distribution(counts, q, n, f"{name}/{src}/{kind}/V={V}/{force_path}")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("temperature", [0.7, 1.3])
+def test_distribution_half_logits(dtype, temperature):
+    gen = torch.Generator().manual_seed(7)
+    V = 1000
+    lg = make_row(V, "mid", gen, dtype)
+    q, _ = ref_kept(lg.float(), True, k=40, p=0.9, temperature=temperature)
+    n = N_ROWS * N_CALLS
+    counts = draw_counts(S.top_k_top_p_sampling_from_logits, lg, N_ROWS, N_CALLS, top_k=40, top_p=0.9,
+                         temperature=temperature)
+    assert_distribution(counts, q, n, f"half {dtype} T={temperature}")
+
+
+@pytest.mark.parametrize("force_path", ["auto", "cluster4"], indirect=True)
+@pytest.mark.parametrize("V,k,p,kind", [
+    (128256, 50, 0.9, "peaked"),
+    (151936, 2048, 0.95, "flat"),
+    (262208, 1500, 1.0, "mid"),
+    (32000, 32000, 0.3, "flat"),
+])
+def test_distribution_large_vocab(V, k, p, kind, force_path):
+    gen = torch.Generator().manual_seed(V + k)
+    lg = make_row(V, kind, gen)
+    q, margin = ref_kept(lg, True, k=k, p=p)
+    rows, calls = 989, 1061  # ~1.05e6 draws, odd batch
+    if force_path == "cluster4" and V > 4 * 40000:
+        rows, calls = 97, 10811
+    n = rows * calls
+    counts = draw_counts(S.top_k_top_p_sampling_from_logits, lg, rows, calls, top_k=k, top_p=p)
+    assert_distribution(counts, q, n, f"large V={V} k={k} p={p} {kind} (margin {margin:.2g}) {force_path}")
+
+
+# ----------------------------------------------------------------------------- support on odd sizes
+def _ref_kept_batch(x, is_logits, k, p, joint=False):
+    """Kept masks for a batch (float64 sort based; top-k exact with lower-index ties)."""
+    B, V = x.shape
+    masks, margins = [], []
+    for b in range(B):
+        q, m = ref_kept(x[b], is_logits, k=int(k[b]), p=float(p[b]), joint=joint)
+        masks.append(q > 0)
+        margins.append(m)
+    return torch.stack(masks).cpu(), torch.tensor(margins)
+
+
+@pytest.mark.parametrize("B", [1, 3, 99, 989])
+@pytest.mark.parametrize("V", [111, 32000, 128256, 151936, 262208])
+def test_support_odd_sizes(B, V):
+    gen = torch.Generator(device=DEV).manual_seed(B * 7 + V)
+    scale = torch.where(torch.rand(B, 1, generator=gen, device=DEV) < 0.5, 4.0, 1.0)
+    lg = torch.randn(B, V, generator=gen, device=DEV) * scale
+    choices = torch.tensor([1, 5, 50, 1024, 1500, 4096, V, V + 7, 0], device=DEV)
+    k = choices[torch.randint(0, len(choices), (B,), generator=gen, device=DEV)].to(torch.int32)
+    p = torch.rand(B, generator=gen, device=DEV).clamp_min(1e-3)
+    p[torch.rand(B, generator=gen, device=DEV) < 0.2] = 1.0
+    nb = min(B, 24)  # the float64 reference is per row: check up to 24 rows, all rows for validity
+    probs = torch.softmax(lg, -1)
+    masks_l, marg_l = _ref_kept_batch(lg[:nb], True, k[:nb], p[:nb])
+    masks_p, marg_p = _ref_kept_batch(probs[:nb], False, k[:nb], p[:nb])
+    for off in range(4):
+        sl = S.top_k_top_p_sampling_from_logits(lg, k, p, seed=5, offset=off)
+        sp = S.top_k_top_p_sampling_from_probs(probs, k, p, seed=5, offset=off)
+        for s, masks, marg in ((sl, masks_l, marg_l), (sp, masks_p, marg_p)):
+            assert s.shape == (B,) and s.dtype == torch.int64
+            assert int(s.min()) >= 0 and int(s.max()) < V
+            hit = masks[torch.arange(nb), s[:nb].cpu()]
+            bad = (~hit) & (marg > 1e-6)
+            assert not bool(bad.any()), f"drawn outside the support in rows {bad.nonzero().flatten().tolist()}"
+        # every row: within top-k (count of strictly larger logits < k)
+        kk = torch.where((k > 0) & (k < V), k, V).long()
+        larger = (lg > lg.gather(1, sl[:, None])).sum(1)
+        assert bool((larger < kk).all())
+
+
+# ----------------------------------------------------------------------------- edge cases
+def test_one_hot_zeros_and_degenerate():
+    V = 32000
+    probs = torch.zeros(5, V, device=DEV)
+    probs[0, 777] = 1.0  # one-hot
+    probs[1, [3, 10, 31999]] = torch.tensor([0.2, 0.3, 0.5], device=DEV)  # rows with zeros
+    probs[2, 5] = float("nan")
+    probs[2, 6] = 0.4  # NaN counts as 0
+    probs[3, 9] = float("inf")  # +inf: uniform over the inf entries
+    probs[3, 11] = float("inf")
+    probs[3, 12] = 1.0
+    # row 4: all zero -> degenerate, token 0
+    for off in range(64):
+        s = S.top_k_sampling_from_probs(probs, 1000, seed=1, offset=off).cpu()
+        assert s[0] == 777
+        assert int(s[1]) in (3, 10, 31999)
+        assert s[2] == 6
+        assert int(s[3]) in (9, 11)
+        assert s[4] == 0
+        s2 = S.top_p_sampling_from_probs(probs, 0.99, seed=1, offset=off).cpu()
+        assert s2[0] == 777 and int(s2[1]) in (3, 10, 31999) and s2[2] == 6
+    lg = torch.full((3, 1000), -float("inf"), device=DEV)
+    lg[0, 17] = 3.0
+    lg[1, :] = float("nan")
+    lg[2, 4] = float("inf")
+    lg[2, 8] = float("inf")
+    for off in range(32):
+        s = S.top_k_top_p_sampling_from_logits(lg, 50, 0.9, seed=2, offset=off).cpu()
+        assert s[0] == 17 and s[1] == 0 and int(s[2]) in (4, 8)
+    # temperature 0: greedy (lowest index among the maxima)
+    x = torch.randn(7, 5000, device=DEV)
+    x[:, 100] = 50.0
+    x[:, 200] = 50.0
+    assert bool((S.sampling_from_logits(x, temperature=0.0, seed=3, offset=0) == 100).all())
+
+
+def test_top_k_ties_lower_index():
+    V = 4096
+    x = torch.randn(6, V, device=DEV).to(torch.bfloat16).float()  # many exact ties
+    x[:, 10:40] = 5.0  # 30 tied maxima
+    for k in (1, 7, 30, 31, 200):
+        m = S.top_k_mask_logits(x, k)
+        kept = torch.isfinite(m)
+        assert bool((kept.sum(1) == k).all()), k
+        for b in range(x.shape[0]):
+            q, _ = ref_kept(x[b], True, k=k)
+            assert torch.equal(kept[b], q > 0), (k, b)
+        # kept values unchanged
+        assert torch.equal(m[kept], x[kept])
+        r = S.top_k_renorm_probs(torch.softmax(x, -1), k)
+        assert bool(((r > 0).sum(1) <= k).all())
+        torch.testing.assert_close(r.sum(1), torch.ones(x.shape[0], device=DEV), rtol=1e-5, atol=1e-5)
+
+
+def test_renorm_helpers_vs_reference():
+    gen = torch.Generator(device=DEV).manual_seed(11)
+    for V in (111, 32000, 151936):
+        lg = torch.randn(9, V, generator=gen, device=DEV) * 3
+        probs = torch.softmax(lg, -1)
+        k = torch.randint(1, min(V, 3000), (9,), generator=gen, device=DEV).to(torch.int32)
+        p = torch.rand(9, generator=gen, device=DEV) * 0.9 + 0.05
+        rk = S.top_k_renorm_probs(probs, k)
+        rp = S.top_p_renorm_probs(probs, p)
+        mk = S.top_k_mask_logits(lg, k)
+        for b in range(9):
+            qk, _ = ref_kept(probs[b], False, k=int(k[b]))
+            qp, marg = ref_kept(probs[b], False, p=float(p[b]))
+            torch.testing.assert_close(rk[b].double(), qk, rtol=1e-5, atol=1e-7)
+            if marg > 1e-6:
+                torch.testing.assert_close(rp[b].double(), qp, rtol=1e-5, atol=1e-7)
+            assert torch.equal(torch.isfinite(mk[b]), ref_kept(lg[b], True, k=int(k[b]))[0] > 0)
+
+
+# ----------------------------------------------------------------------------- determinism, graphs, streams
+def test_same_seed_offset_same_tokens():
+    x = torch.randn(64, 128256, device=DEV)
+    a = S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=42, offset=7)
+    b = S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=42, offset=7)
+    c = S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=42, offset=8)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    # device tensors give the same as ints; geometry (cluster size) does not change the result
+    st = torch.tensor([42], device=DEV, dtype=torch.int64)
+    ot = torch.tensor([7], device=DEV, dtype=torch.int64)
+    assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=st, offset=ot))
+    old = S._CLUSTER
+    try:
+        for cl in (-1, 1, 2, 5, 8):
+            S._CLUSTER = cl
+            assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=42, offset=7)), cl
+    finally:
+        S._CLUSTER = old
+    # a row sampled alone gives the same token as inside the batch only if it has the same row index
+    assert int(S.top_k_top_p_sampling_from_logits(x[:1], 50, 0.9, seed=42, offset=7)) == int(a[0])
+
+
+def test_cuda_graph_capture_reads_offset_tensor():
+    x = torch.randn(16, 32000, device=DEV)
+    k = torch.full((16,), 100, dtype=torch.int32, device=DEV)
+    p = torch.full((16,), 0.95, device=DEV)
+    seed = torch.tensor([9], dtype=torch.int64, device=DEV)
+    off = torch.tensor([0], dtype=torch.int64, device=DEV)
+    out = torch.empty(16, dtype=torch.int64, device=DEV)
+    S.top_k_top_p_sampling_from_logits(x, k, p, seed=seed, offset=off, out=out)  # warm-up
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        S.top_k_top_p_sampling_from_logits(x, k, p, seed=seed, offset=off, out=out)
+    for o in range(5):
+        off.fill_(o)
+        g.replay()
+        ref = S.top_k_top_p_sampling_from_logits(x, k, p, seed=9, offset=o)
+        assert torch.equal(out, ref), o
+
+
+def test_current_stream_and_no_sync():
+    mod = loader.load_family("sampling")
+    x = torch.randn(8, 32000, device=DEV)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        assert int(mod.current_stream(x)) == s.cuda_stream
+        y = S.top_k_sampling_from_logits(x, 10, seed=1, offset=0)
+    s.synchronize()
+    assert int(mod.current_stream(x)) == torch.cuda.current_stream().cuda_stream
+    assert torch.equal(y, S.top_k_sampling_from_logits(x, 10, seed=1, offset=0))
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        k = torch.full((8,), 10, dtype=torch.int32, device=DEV)
+        S.top_k_top_p_sampling_from_logits(x, k, 0.9, seed=1, offset=0)
+        S.top_p_renorm_probs(torch.softmax(x, -1), 0.9)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_host_cost_per_call():
+    """Host (enqueue) cost of one whole call, measured while the GPU is kept busy (so device time
+    does not leak into the host clock)."""
+    import time
+
+    x = torch.randn(1, 32000, device=DEV)
+    out = torch.empty(1, dtype=torch.int64, device=DEV)
+    k = torch.full((1,), 50, dtype=torch.int32, device=DEV)
+    p = torch.full((1,), 0.9, device=DEV)
+    st = torch.tensor([1], dtype=torch.int64, device=DEV)
+    for _ in range(50):
+        S.top_k_top_p_sampling_from_logits(x, k, p, seed=st, offset=st, out=out)
+    torch.cuda.synchronize()
+    best = math.inf
+    for _ in range(5):
+        torch.cuda._sleep(100_000_000)  # ~50 ms of GPU work queued ahead
+        t0 = time.perf_counter()
+        for i in range(300):
+            S.top_k_top_p_sampling_from_logits(x, k, p, seed=st, offset=st, out=out)
+        best = min(best, (time.perf_counter() - t0) / 300 * 1e6)
+        torch.cuda.synchronize()
+    print(f"host cost per call (enqueue, GPU busy): {best:.2f} us")
+    assert best < 15.0
