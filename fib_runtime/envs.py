@@ -122,8 +122,8 @@ _SPECS: Dict[str, _Spec] = {
         "Workloads recorded per second, whole process (token bucket; 0: unlimited)."),
     "FIB_TRACE_MAX_BYTES": _Spec(_int, 1 << 30,
         "Bytes (blobs + JSONL lines) one process may write (0: unlimited)."),
-    "FIB_TRACE_RANKS": _Spec(_str, "0",
-        "Ranks that record: '0', 'all', 'local0', 'every:N' (one per N consecutive ranks), or a list '0,8'."),
+    "FIB_TRACE_RANKS": _Spec(_str, "tp0",
+        "Ranks that record: 'tp0' (TP rank 0 of each TP group, else rank 0), 'all', 'local0', 'every:N', or a list '0,8'."),
     # ---- metrics (fib_runtime.metrics) ----------------------------------------------------
     "FIB_METRICS": _Spec(_bool, True,
         "Export Prometheus metrics (the dispatcher's in-process stats() work either way)."),

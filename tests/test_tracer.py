@@ -299,6 +299,25 @@ def test_rank_filter(root, monkeypatch, spec, rank, local, expect):
         assert tracer.stats()["dropped"] == {"rank": 1}
 
 
+@pytest.mark.parametrize("tp,expect", [(0, True), (1, False)])
+def test_default_ranks_one_per_tp_group(root, monkeypatch, tp, expect):
+    import sys
+    import types
+
+    fake = types.ModuleType("vllm.distributed.parallel_state")
+    fake.model_parallel_is_initialized = lambda: True
+    fake.get_tensor_model_parallel_rank = lambda: tp
+    monkeypatch.setitem(sys.modules, "vllm.distributed.parallel_state", fake)
+    monkeypatch.setenv("RANK", "5")                      # global rank 5, TP rank 0 of its group
+    t = tracer.enable(root, rate_limit=None, default_policy=OPEN)
+    assert t.config.ranks == "tp0"
+    assert tracer.record(GATHER, call(3, 1)) is expect
+    monkeypatch.delitem(sys.modules, "vllm.distributed.parallel_state")
+    from fib_runtime.tracer.config import rank_records
+
+    assert rank_records("tp0", 0, 0, None) and not rank_records("tp0", 3, 0, None)  # no engine: rank 0
+
+
 def test_env_configuration(root, monkeypatch):
     monkeypatch.setenv("FIB_TRACE_PATH", str(root))
     monkeypatch.setenv("FIB_TRACE_DEFINITIONS", "gather_*,other")

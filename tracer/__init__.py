@@ -34,8 +34,9 @@ Side effects and costs:
   main thread only, chaining the previous one; an engine that installs its own SIGTERM handler
   later replaces it, and then only ``atexit`` flushes). After ``fork`` the child drops the
   parent's queue and starts its own writer when it needs one.
-* By default only rank 0 records (``ranks=``, ``FIB_TRACE_RANKS``); the rank comes from
-  ``torch.distributed`` once initialised, else ``RANK`` / ``LOCAL_RANK``.
+* By default one rank per tensor-parallel group records: TP rank 0 when vLLM / SGLang (already
+  imported) report it, else global rank 0 -- ``torch.distributed`` once initialised, else
+  ``RANK`` / ``LOCAL_RANK`` (``ranks=``, ``FIB_TRACE_RANKS``: ``all``, ``local0``, ``every:N``...).
 * Counters: ``fib_trace_records_total{definition}``, ``fib_trace_dropped_total{reason}``,
   ``fib_trace_bytes_total`` (pushed by the writer thread, never on the hot path).
 """

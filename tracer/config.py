@@ -42,8 +42,8 @@ Environment (declared in ``fib_runtime/envs.py``, read in :func:`env_config`; ex
 ``FIB_TRACE_KEEP_PER_BUCKET`` workloads kept per power-of-two signature bucket (default 4; 0: off)
 ``FIB_TRACE_RATE``          records per second, whole process (default 20; 0: unlimited)
 ``FIB_TRACE_MAX_BYTES``     bytes written per process (default 1 GiB; 0: unlimited)
-``FIB_TRACE_RANKS``         which ranks record: ``0`` (default), ``all``, ``local0``,
-                            ``every:N`` (one per N consecutive ranks), ``0,8,16``
+``FIB_TRACE_RANKS``         which ranks record: ``tp0`` (default: TP rank 0 of each TP
+                            group, else rank 0), ``all``, ``local0``, ``every:N``, ``0,8``
 =========================== ==========================================================
 """
 
@@ -112,7 +112,9 @@ class TraceConfig:
         max_bytes: cap on bytes (blobs + JSONL lines) this process writes; None = unlimited.
         queue_size: entries waiting for the writer thread; a full queue drops (counted).
         max_pending_bytes: host bytes held by queued entries; above it new calls drop.
-        ranks: which ranks record (``"0"``, ``"all"``, ``"local0"``, ``"every:N"``, ``"0,8"``).
+        ranks: which ranks record: ``"tp0"`` (default: TP rank 0 of each tensor-parallel group
+            when vLLM / SGLang tell it, else global rank 0), ``"all"``, ``"local0"`` (local rank
+            0 of each node), ``"every:N"`` (one per N consecutive ranks), ``"0,8"`` (these).
         write_definitions: write ``definitions/<op_type>/<name>.json`` when the dataset lacks it,
             so that the dataset validates on its own.
         install_signal_handler: flush on SIGTERM (main thread only; the previous handler is
@@ -132,7 +134,7 @@ class TraceConfig:
     max_bytes: Optional[int] = 1 << 30
     queue_size: int = 128
     max_pending_bytes: int = 512 << 20
-    ranks: str = "0"
+    ranks: str = "tp0"
     write_definitions: bool = True
     install_signal_handler: bool = True
     flush_timeout: float = 10.0
@@ -201,29 +203,66 @@ def env_config() -> Dict[str, Any]:
 
 # ---- ranks -------------------------------------------------------------------------------------
 
-def current_rank() -> Tuple[int, int, bool]:
-    """``(global rank, local rank, final)``: torch.distributed when initialised (final), else
-    ``RANK`` / ``LOCAL_RANK`` from the environment (not final: distributed may start later).
-    ``RANK`` / ``LOCAL_RANK`` are the launchers' (torchrun) variables, not fib-runtime's, so they
-    are read here rather than declared in ``fib_runtime/envs.py``."""
+#: engine modules whose ``get_tensor_model_parallel_rank()`` gives the rank inside a TP group.
+#: They are only looked up in ``sys.modules`` (never imported here).
+TP_MODULES = ("vllm.distributed.parallel_state", "sglang.srt.distributed.parallel_state")
+
+
+def tp_rank() -> Optional[int]:
+    """Rank inside the tensor-parallel group, from an engine already imported; None if unknown."""
+    import sys
+
+    for name in TP_MODULES:
+        mod = sys.modules.get(name)
+        if mod is None:
+            continue
+        try:
+            ready = getattr(mod, "model_parallel_is_initialized", None)
+            if ready is not None and not ready():
+                continue
+            return int(mod.get_tensor_model_parallel_rank())
+        except Exception:  # groups not built yet
+            continue
+    return None
+
+
+def current_rank() -> Tuple[int, int, Optional[int], bool]:
+    """``(global rank, local rank, TP rank or None, final)``.
+
+    The global rank is torch.distributed's once initialised, else ``RANK`` / ``LOCAL_RANK`` from
+    the environment (the launchers' variables, torchrun's; not fib-runtime's, so they are read
+    here rather than declared in ``fib_runtime/envs.py``). ``final`` is True once
+    torch.distributed is initialised and, when an engine module of :data:`TP_MODULES` is loaded,
+    its TP groups exist: the answer cannot change any more.
+    """
     env = os.environ
+    tp = tp_rank()
     try:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             r = int(dist.get_rank())
-            return r, int(env.get("LOCAL_RANK", r)), True
+            import sys
+
+            engine = any(m in sys.modules for m in TP_MODULES)
+            return r, int(env.get("LOCAL_RANK", r)), tp, tp is not None or not engine
     except Exception:  # a half-initialised process group: fall back to the environment
         pass
     r = int(env.get("RANK", env.get("LOCAL_RANK", 0)) or 0)
-    return r, int(env.get("LOCAL_RANK", r) or 0), False
+    return r, int(env.get("LOCAL_RANK", r) or 0), tp, False
 
 
-def rank_records(spec: str, rank: int, local_rank: int) -> bool:
-    """Whether ``rank`` records under the ``ranks`` spec (see :class:`TraceConfig`)."""
+def rank_records(spec: str, rank: int, local_rank: int, tp: Optional[int] = None) -> bool:
+    """Whether this process records under the ``ranks`` spec (see :class:`TraceConfig`).
+
+    ``tp0`` (the default): rank 0 of each tensor-parallel group when the engine's TP rank is
+    known (so each data-parallel replica records its own traffic, once), else global rank 0.
+    """
     s = str(spec).strip().lower()
     if s in ("all", "*"):
         return True
+    if s == "tp0":
+        return tp == 0 if tp is not None else rank == 0
     if s == "local0":
         return local_rank == 0
     if s.startswith("every:"):

@@ -196,8 +196,8 @@ class Tracer:
         dist = self._dist
         if self._rank_env is not None and not dist.is_initialized():
             return self._rank_env
-        r, lr, final = current_rank()
-        self._rank_ok = rank_records(self.config.ranks, r, lr)
+        r, lr, tp, final = current_rank()
+        self._rank_ok = rank_records(self.config.ranks, r, lr, tp)
         if final or dist is None:  # no torch.distributed: the environment is all there is
             self._rank_final = True
             self.muted = not self._rank_ok
