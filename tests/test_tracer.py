@@ -445,3 +445,16 @@ def test_record_never_raises(root):
     assert tracer.record(GATHER, {"x": "not a tensor", "idx": 3, "scale": 1.0}) is False
     d = tracer.stats()["dropped"]
     assert d.get("error", 0) == 3 and d.get("mismatch", 0) == 2
+
+
+def test_unwritable_dataset_counts_write_errors(root, caplog):
+    _enable(root)
+    (root / "blob").rmdir()
+    (root / "blob").write_text("not a folder")           # blobs cannot be written
+    for n in (1, 2, 3):
+        assert tracer.record(GATHER, call(n, 1))         # queued: the failure is the writer's
+    assert tracer.flush(5)
+    assert tracer.stats()["dropped"] == {"write_error": 3}
+    assert tracer.stats()["records"] == {}
+    assert len([r for r in caplog.records if "writing a workload" in r.getMessage()]) == 1
+    assert _lines(root) == []                            # no line points at a missing blob

@@ -115,7 +115,8 @@ def write_batch(t, entries: List, defs_written: set) -> None:
                     t.bytes_written += nbytes
             except Exception:
                 t.drops["write_error"] += 1
-                log.warning("fib-runtime tracer: writing a workload of %s failed", e.state.name, exc_info=True)
+                _warn_once(t, ("write", e.state.name), "fib-runtime tracer: writing a workload of %s failed "
+                           "(further failures are only counted)", e.state.name)
             finally:
                 t.bytes_dequeued += e.est_bytes
         for rel, ls in lines.items():
@@ -126,7 +127,8 @@ def write_batch(t, entries: List, defs_written: set) -> None:
                 metrics.inc_trace_bytes(n)
             except Exception:
                 t.drops["write_error"] += len(ls)
-                log.warning("fib-runtime tracer: appending to %s failed", rel, exc_info=True)
+                _warn_once(t, ("append", rel), "fib-runtime tracer: appending to %s failed "
+                           "(further failures are only counted)", rel)
                 name = Path(rel).stem
                 per_def[name] -= len(ls)
         for name, n in per_def.items():
@@ -135,6 +137,12 @@ def write_batch(t, entries: List, defs_written: set) -> None:
                 metrics.inc_trace_records(name, n)
     finally:
         t.n_done += len(entries)
+
+
+def _warn_once(t, key, msg: str, *args) -> None:
+    if key not in t._warned:
+        t._warned.add(key)
+        log.warning(msg, *args, exc_info=True)
 
 
 def _write_one(t, root: Path, e, defs_written: set, cap):
