@@ -96,11 +96,13 @@ def cmd_validate(args) -> int:
     errors = [p for p in ds.problems if p.severity == "error"]
     warnings = [p for p in ds.problems if p.severity != "error"]
     empty = not any(counts.values()) and not ds.problems
+    not_fib = _not_loadable_by_fib(ds) if ds.dialect != "fib" else []
     if args.json:
         emit_json({
             "root": str(ds.root), "dialect": ds.dialect, "layout": ds.layout,
             "blobs_checked": not args.skip_blobs, "counts": counts,
             "errors": len(errors), "warnings": len(warnings), "ok": not errors and not empty,
+            "not_loadable_by_flashinfer_bench": not_fib,
             "problems": [
                 {"severity": p.severity, "file": p.file, "line": p.line, "field": p.field,
                  "message": p.message} for p in ds.problems],
@@ -116,11 +118,29 @@ def cmd_validate(args) -> int:
         detail = f" ({', '.join(f'{n} {k}' for k, n in by_kind.most_common())})" if errors else ""
         verdict = "FAILED" if errors or empty else "OK"
         print(f"{verdict}: {_plural(len(errors), 'error')}{detail}, {_plural(len(warnings), 'warning')}")
+        if not_fib:
+            print(f"note: {len(not_fib)} of {len(ds.definitions)} definitions follow FlashInfer's rules but "
+                  f"not flashinfer-bench's (check with: fib validate {ds.root})")
     if empty:
         print(f"fib: error: no dataset files found under {ds.root} (expected definitions/, "
               f"workloads/, ... or a flat folder of definition .json files)", file=sys.stderr)
         return 1
     return 1 if errors else 0
+
+
+def _not_loadable_by_fib(ds: Dataset) -> List[str]:
+    """Names of definitions that parse in ``ds.dialect`` but that flashinfer-bench would reject."""
+    from pydantic import ValidationError
+
+    from ..schema import Definition, parse
+
+    out = []
+    for name, d in ds.definitions.items():
+        try:
+            parse(Definition, d.to_dict(lossless=True), "fib")
+        except ValidationError:
+            out.append(name)
+    return out
 
 
 def _kind(message: str) -> str:
