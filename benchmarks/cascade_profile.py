@@ -14,8 +14,8 @@ from cascade import make_problem  # noqa: E402  (benchmarks/cascade.py)
 from fib_runtime.kernels import cascade as fc  # noqa: E402
 
 P, B, S, Hq, Hkv = (int(x) for x in (sys.argv[1:6] if len(sys.argv) > 5 else (32768, 256, 64, 32, 8)))
-if len(sys.argv) > 6 and sys.argv[6] == "wide":
-    fc.TUNING["wide_shared"] = True
+if len(sys.argv) > 6 and sys.argv[6] == "t64":
+    fc.TUNING["max_tile_rows"] = 64
 cache, lv, flat, qs = make_problem(P, B, S, Hq, Hkv)
 w = fc.MultiLevelCascadeAttentionWrapper(2, torch.empty(128 << 20, dtype=torch.uint8, device="cuda"))
 w.plan(lv["qo"], lv["kv_indptr"], lv["kv_indices"], lv["last"], Hq, Hkv, 128, 16)

@@ -19,10 +19,12 @@ from fib_runtime.kernels import cascade as fc  # noqa: E402
 # ------------------------------------------------------------------ planning
 
 
-def test_choose_warps_m():
-    assert fc.choose_warps_m(1) == 1 and fc.choose_warps_m(16) == 1
-    assert fc.choose_warps_m(17) == 2 and fc.choose_warps_m(32) == 2
-    assert fc.choose_warps_m(33) == 4 and fc.choose_warps_m(1024) == 4
+def test_choose_tile_rows():
+    assert fc.choose_tile_rows(1) == 16 and fc.choose_tile_rows(16) == 16
+    assert fc.choose_tile_rows(17) == 32 and fc.choose_tile_rows(32) == 32
+    assert fc.choose_tile_rows(33) == 64 and fc.choose_tile_rows(64) == 64
+    assert fc.choose_tile_rows(65) == 128 and fc.choose_tile_rows(1024) == 128
+    assert fc.choose_tile_rows(1024, head_dim=256) == 64
 
 
 def test_choose_splits_fills_machine():
@@ -39,22 +41,22 @@ def test_choose_splits_fills_machine():
 
 
 def test_plan_level_shared_and_unique():
-    # shared level: one group of B=256 queries, G=4 -> 1024 rows -> 16 tiles of 64 rows
+    # shared level: one group of B=256 queries, G=4 -> 1024 rows -> 8 tiles of 128 rows
     pl = fc.plan_level([0, 256], [0, 2048], [16], 16, 4, 8, 128, num_sms=132, ctas_per_sm=2)
-    assert pl.warps_m == 4 and pl.num_items == 16 and pl.work_row == list(range(0, 1024, 64))
+    assert pl.tile_rows == 128 and pl.num_items == 8 and pl.work_row == list(range(0, 1024, 128))
     assert pl.max_kv_len == 32768 and pl.kv_chunk % 64 == 0 and pl.num_splits * pl.kv_chunk >= 32768
     # unique level: 256 groups of 1 query, G=1 -> one 16-row tile each, no split at S=64
     qo = list(range(257))
     kvp = [4 * i for i in range(257)]
     pl = fc.plan_level(qo, kvp, [16] * 256, 16, 1, 32, 128, ctas_per_sm=2)
-    assert pl.warps_m == 1 and pl.num_items == 256 and pl.num_splits == 1 and pl.stages_alloc == 1
+    assert pl.tile_rows == 16 and pl.num_items == 256 and pl.num_splits == 1 and pl.stages_alloc == 1
 
 
 def test_plan_level_ragged_empty_and_errors():
     pl = fc.plan_level([0, 1, 3, 3, 6], [0, 0, 2, 5, 5], [1, 5, 16, 1], 16, 8, 2, 64)
     assert pl.kv_lens == [0, 21, 48, 0] and pl.qo_lens == [1, 2, 0, 3]
     assert 2 not in pl.work_group  # no queries -> no work
-    assert pl.warps_m == 2  # max rows = 3 * 8 = 24
+    assert pl.tile_rows == 32  # max rows = 3 * 8 = 24
     with pytest.raises(ValueError):
         fc.plan_level([0, 1], [0, 2], [17], 16, 1, 1, 128)  # last_page_len > page_size
     with pytest.raises(ValueError):
@@ -66,10 +68,11 @@ def test_plan_level_ragged_empty_and_errors():
 
 
 def test_smem_and_occupancy_estimates():
-    assert fc.level_smem_bytes(128, 4, 3) <= 227 * 1024
-    assert fc.level_smem_bytes(256, 4, 2) <= 227 * 1024
-    assert fc.default_ctas_per_sm(128, 4, 3) == 2
-    assert fc.default_ctas_per_sm(128, 1, 1) >= 2
+    assert fc.level_smem_bytes(128, 64, 3) <= 227 * 1024
+    assert fc.level_smem_bytes(256, 64, 2) <= 227 * 1024
+    assert fc.level_smem_bytes(128, 128, 2) * 2 <= 226 * 1024
+    assert fc.default_ctas_per_sm(128, 64, 3) == 2
+    assert fc.default_ctas_per_sm(128, 16, 1) >= 3
 
 
 # ------------------------------------------------------------------ wrapper validation (CPU)
@@ -202,7 +205,7 @@ def emulate(w, q, k, v):
         qo, kvp = d["qo_indptr"].tolist(), d["kv_indptr"].tolist()
         idx, last = d["kv_indices"].tolist(), d["last_page_len"].tolist()
         fused = lvl == L - 1 and w._slot_base[lvl] < 0
-        tile_rows = 16 * pl.warps_m
+        tile_rows = pl.tile_rows
         for g, r0 in zip(pl.work_group, pl.work_row):
             qs, ql = qo[g], qo[g + 1] - qo[g]
             npg = kvp[g + 1] - kvp[g]

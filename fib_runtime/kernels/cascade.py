@@ -147,7 +147,7 @@ def _check_merge_pair(v_a, s_a, v_b, s_b, name):
 class LevelPlan:
     """Host-side plan of one level (pure data; built by :func:`plan_level`)."""
 
-    warps_m: int
+    tile_rows: int
     work_group: List[int]
     work_row: List[int]
     num_splits: int
@@ -162,41 +162,49 @@ class LevelPlan:
         return len(self.work_group)
 
 
-def max_stages(head_dim: int) -> int:
-    return 3 if head_dim <= 128 else 2
+def tile_kv(head_dim: int, tile_rows: int) -> int:
+    """Keys per KV tile of a kernel config (128-row tiles at head_dim 128 walk 32-key tiles)."""
+    return 32 if (tile_rows == 128 and head_dim == 128) else TILE_KV
+
+
+def max_stages(head_dim: int, tile_rows: int = 64) -> int:
+    if tile_rows == 128 and head_dim == 128:
+        return 4
+    return 3 if head_dim <= 128 and tile_rows != 128 else 2
 
 
 # Tuning knobs (benchmarks flip them to compare variants; defaults are what the plans use).
-TUNING = {"wide_shared": False}
+TUNING = {"max_tile_rows": 128}
+
+# registers per thread of each (head_dim, tile_rows) kernel (ptxas, sm_90), for CPU-side planning
+_REGS = {64: {16: 128, 32: 142, 64: 163, 128: 200}, 128: {16: 128, 32: 210, 64: 237, 128: 255},
+         256: {16: 241, 32: 255, 64: 255}}
 
 
-def default_ctas_per_sm(head_dim: int, warps_m: int, stages_alloc: int) -> int:
+def default_ctas_per_sm(head_dim: int, tile_rows: int, stages_alloc: int) -> int:
     """Resident CTAs per SM estimate (H100/H200: 227 KB smem, 64K registers) when no GPU."""
-    regs = {64: {4: 163, 2: 142, 1: 128}, 128: {8: 237, 4: 237, 2: 210, 1: 161},
-            256: {4: 255, 2: 255, 1: 241}}
-    r = regs[head_dim][warps_m]
-    threads = 32 * max(4, warps_m)
-    by_regs = 65536 // (((r + 7) // 8) * 8 * threads)
-    by_smem = (228 * 1024) // (level_smem_bytes(head_dim, warps_m, stages_alloc) + 1024)
+    r = _REGS[head_dim][tile_rows]
+    by_regs = 65536 // (((r + 7) // 8) * 8 * 128)
+    by_smem = (228 * 1024) // (level_smem_bytes(head_dim, tile_rows, stages_alloc) + 1024)
     return max(1, min(by_regs, by_smem, 16))
 
 
-def level_smem_bytes(head_dim: int, warps_m: int, stages_alloc: int) -> int:
-    wk = max(1, 4 // warps_m)
-    rows = 16 * warps_m
-    kv = stages_alloc * 2 * TILE_KV * head_dim * 2
-    stg = wk * rows * (head_dim + 4) * 4
-    return rows * head_dim * 2 + max(kv, stg) + wk * rows * 4
+def level_smem_bytes(head_dim: int, tile_rows: int, stages_alloc: int) -> int:
+    wk = 1 if tile_rows >= 64 else 64 // tile_rows
+    kv = stages_alloc * 2 * tile_kv(head_dim, tile_rows) * head_dim * 2
+    stg = wk * tile_rows * (head_dim + 4) * 4
+    return tile_rows * head_dim * 2 + max(kv, stg) + wk * tile_rows * 4
 
 
-def choose_warps_m(max_rows: int, head_dim: int = 128) -> int:
-    if TUNING.get("wide_shared") and head_dim == 128 and max_rows >= 128:
-        return 8
+def choose_tile_rows(max_rows: int, head_dim: int = 128) -> int:
+    """Rows (query x head-in-group pairs) per CTA tile: 16, 32, 64 or 128 (head_dim <= 128)."""
+    if max_rows > 64 and head_dim <= 128 and TUNING.get("max_tile_rows", 128) >= 128:
+        return 128
     if max_rows > 32:
-        return 4
+        return 64
     if max_rows > 16:
-        return 2
-    return 1
+        return 32
+    return 16
 
 
 def choose_splits(base_ctas: int, tiles: int, cap: int, max_splits: int = MAX_SPLITS) -> Tuple[int, int]:
@@ -252,8 +260,7 @@ def plan_level(
         kv_lens.append(kl)
     rows = [q * group_size for q in qo_lens]
     max_rows = max(rows) if rows else 0
-    wm = choose_warps_m(max_rows, head_dim)
-    tile_rows = 16 * wm
+    tile_rows = choose_tile_rows(max_rows, head_dim)
     wg, wr = [], []
     for g in range(n):
         for r0 in range(0, rows[g], tile_rows):
@@ -261,19 +268,19 @@ def plan_level(
             wr.append(r0)
     active_kv = [kv_lens[g] for g in range(n) if qo_lens[g] > 0]
     max_kv = max(active_kv) if active_kv else 0
-    tiles = -(-max_kv // TILE_KV)
+    tiles = -(-max_kv // TILE_KV)  # 64-key units: kv_chunk stays a multiple of 64
     base = len(wg) * num_kv_heads
     if tiles == 0:
         splits, per = 1, 1
         stages = 1
     else:
-        st_guess = min(max_stages(head_dim), tiles)
-        occ = ctas_per_sm(head_dim, wm, st_guess) if callable(ctas_per_sm) else (
-            ctas_per_sm or default_ctas_per_sm(head_dim, wm, st_guess))
+        st_guess = min(max_stages(head_dim, tile_rows), tiles * (TILE_KV // tile_kv(head_dim, tile_rows)))
+        occ = ctas_per_sm(head_dim, tile_rows, st_guess) if callable(ctas_per_sm) else (
+            ctas_per_sm or default_ctas_per_sm(head_dim, tile_rows, st_guess))
         splits, per = choose_splits(base, tiles, num_sms * occ)
-        stages = min(max_stages(head_dim), per)
+        stages = min(max_stages(head_dim, tile_rows), per * (TILE_KV // tile_kv(head_dim, tile_rows)))
     return LevelPlan(
-        warps_m=wm,
+        tile_rows=tile_rows,
         work_group=wg,
         work_row=wr,
         num_splits=splits,
@@ -405,11 +412,11 @@ class MultiLevelCascadeAttentionWrapper:
         is_bf16 = 1 if qdt == "bfloat16" else 0
         occ_cache = {}
 
-        def occ(hd, wm, st):
-            key = (hd, wm, st)
+        def occ(hd, tr, st):
+            key = (hd, tr, st)
             if key not in occ_cache:
-                occ_cache[key] = int(lib.level_occupancy(is_bf16, hd, wm, st)) if lib is not None else \
-                    default_ctas_per_sm(hd, wm, st)
+                occ_cache[key] = int(lib.level_occupancy(is_bf16, hd, tr, st)) if lib is not None else \
+                    default_ctas_per_sm(hd, tr, st)
             return max(1, occ_cache[key])
 
         total_q = None
@@ -546,7 +553,7 @@ class MultiLevelCascadeAttentionWrapper:
         fused = last and self._slot_base[lvl] < 0
         _lib().cascade_level(
             q, k, v, d["qo_indptr"], d["kv_indptr"], d["kv_indices"], d["last_page_len"],
-            d["work_group"], d["work_row"], pl.warps_m, pl.num_splits, pl.kv_chunk,
+            d["work_group"], d["work_row"], pl.tile_rows, pl.num_splits, pl.kv_chunk,
             pl.stages_alloc, bool(self._causal and last), self._sm_scale, self._ws_o,
             self._ws_lse, max(0, self._slot_base[lvl]), self._num_slots if fused else 0,
             fused, out, lse if fused else None)
@@ -559,7 +566,7 @@ class MultiLevelCascadeAttentionWrapper:
 
     # introspection (tests, benchmarks)
     def plan_info(self) -> List[dict]:
-        return [dict(warps_m=p.warps_m, items=p.num_items, num_splits=p.num_splits, kv_chunk=p.kv_chunk,
+        return [dict(tile_rows=p.tile_rows, items=p.num_items, num_splits=p.num_splits, kv_chunk=p.kv_chunk,
                      stages=p.stages_alloc, max_kv_len=p.max_kv_len, slot_base=sb)
                 for p, sb in zip(self._plans, self._slot_base)]
 
