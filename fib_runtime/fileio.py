@@ -20,14 +20,30 @@ from typing import Iterable, Iterator, Tuple, Union
 PathLike = Union[str, os.PathLike]
 
 
+def _file_mode(path: Path) -> int:
+    """Mode for a rewritten file: the old file's, else what ``open()`` would give (0666 & ~umask).
+
+    ``mkstemp`` creates 0600 files; without this every file the store rewrote would become
+    unreadable to the other users of a shared dataset folder.
+    """
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def atomic_write_text(path: PathLike, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -40,11 +56,13 @@ def atomic_write_text(path: PathLike, text: str) -> Path:
 def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

@@ -19,6 +19,7 @@ Rules (following flashinfer-bench's benchmark loader, stricter where it was unsa
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
@@ -59,7 +60,8 @@ def materialize(definition: Definition, workload: Workload, dataset_root: Option
     import torch
 
     gen = torch.Generator(device="cpu")
-    gen.manual_seed(seed if seed is not None else torch.seed() % (2**63))
+    # without a seed draw one from the OS: torch.seed() would also reseed the global RNG
+    gen.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
     axes = {**definition.const_axes, **workload.axes}
     out: Dict[str, Any] = {}
     blobs: Dict[Path, Dict[str, Any]] = {}

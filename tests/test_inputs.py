@@ -137,3 +137,12 @@ def test_blob_escape_refused(tmp_path):
     w = wl({"indptr": {"type": "safetensors", "path": "link.safetensors", "tensor_key": "indptr"}})
     with pytest.raises(InputError, match="escapes the dataset root"):
         materialize(_blob_def(), w, dataset_root=root)
+
+
+def test_unseeded_does_not_touch_global_rng():
+    d = defn({"x": {"shape": ["n", "h"], "dtype": "float32"}})
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    materialize(d, wl({"x": {"type": "random"}}))
+    assert torch.equal(torch.rand(3), expected)
