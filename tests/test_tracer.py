@@ -458,3 +458,19 @@ def test_unwritable_dataset_counts_write_errors(root, caplog):
     assert tracer.stats()["records"] == {}
     assert len([r for r in caplog.records if "writing a workload" in r.getMessage()]) == 1
     assert _lines(root) == []                            # no line points at a missing blob
+
+
+def test_resume_counts_workloads_already_in_the_dataset(root):
+    _enable(root, default_policy=Policy(keep_first_k=1, keep_per_bucket=2, max_workloads=None))
+    assert tracer.record(GATHER, call(4, 1)) and tracer.record(GATHER, call(5, 1))
+    tracer.disable()
+    _enable(root, default_policy=Policy(keep_first_k=1, keep_per_bucket=2, max_workloads=None))
+    assert not tracer.record(GATHER, call(4, 1))         # recorded by the previous run
+    assert not tracer.record(GATHER, call(6, 1))         # its bucket (4..7) is full already
+    assert tracer.record(GATHER, call(9, 1))
+    assert tracer.stats()["dropped"] == {"dedup": 1, "bucket": 1}
+    tracer.disable()
+    _enable(root, resume=False)                           # per-process limits only
+    assert tracer.record(GATHER, call(4, 1))
+    tracer.flush(5)
+    assert len(_lines(root)) == 4

@@ -87,7 +87,8 @@ def _check_dataset(root: Path, expect: int):
 WORKER = r"""
 # one launcher imports torch once, then forks 8 workers (separate processes, separate tracers)
 def worker(rank):
-    tracer.enable(ROOT, ranks="all", rate_limit=None, default_policy=OPEN)
+    tracer.enable(ROOT, ranks="all", rate_limit=None, default_policy=OPEN,
+                  resume=False)  # every worker writes all 40 signatures: 8 x 40 lines
     tracer.register_definition(DEFN)
     while not os.path.exists(os.path.join(ROOT, "go")):
         time.sleep(0.001)

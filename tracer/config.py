@@ -68,7 +68,8 @@ class Policy:
         keep_per_bucket: distinct signatures kept per signature bucket (the dispatcher's
             power-of-two buckets: ``bit_length`` of each var-axis value, so 4..7 share one), or
             None. Bounds what a definition with a free-running axis (``num_kv_indices``) writes.
-        max_workloads: distinct signatures kept for this definition in this process, or None.
+        max_workloads: distinct signatures kept for this definition (in the dataset with
+            ``resume``, else in this process), or None.
     """
 
     dump: DumpSpec = "ints"
@@ -120,6 +121,9 @@ class TraceConfig:
         install_signal_handler: flush on SIGTERM (main thread only; the previous handler is
             chained).
         flush_timeout: seconds a flush (exit, SIGTERM, :func:`flush`) waits for the writer.
+        resume: count the workloads already in the dataset (per definition, read at its first
+            call) against keep-first-k, the bucket and the definition caps, so a restarted
+            server does not record the same signatures again. Off: limits are per process.
         export_env: also write the settings into ``os.environ`` (``FIB_ENABLE_TRACING=1``,
             ``FIB_TRACE_*``) so that worker processes spawned later (vLLM's, SGLang's) trace
             the same way; per-definition ``policies`` cannot be expressed there and stay local.
@@ -138,6 +142,7 @@ class TraceConfig:
     write_definitions: bool = True
     install_signal_handler: bool = True
     flush_timeout: float = 10.0
+    resume: bool = True
     export_env: bool = False
 
     def selected(self, name: str) -> bool:

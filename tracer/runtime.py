@@ -55,6 +55,7 @@ REASONS = ("dedup", "bucket", "definition_cap", "cuda_graph_capture", "compiling
            "write_error")
 _PROM_INTERVAL = 2.0  # seconds between pushes into Prometheus (fib_runtime.metrics.flush)
 _CLOSED_MAX = 1 << 16  # signatures remembered per definition as "decided"; beyond, re-derived
+_RESUME_MAX_BYTES = 64 << 20  # of an existing workloads file read to seed the dedup state
 
 
 class Tracer:
@@ -151,8 +152,41 @@ class Tracer:
         if defn is not None:
             self._registry.setdefault(name, defn)
         st = DefState(name, defn, self.config)
+        if defn is not None and st.selected and self.config.resume:
+            self._seed_from_dataset(st)
         self._defs[name] = st
         return st
+
+    def _seed_from_dataset(self, st: DefState) -> None:
+        """Count the workloads the dataset already holds for ``st`` as kept, so a restarted
+        server does not record the same signatures again (once per definition, at its first
+        call; at most :data:`_RESUME_MAX_BYTES` of the file are read)."""
+        import json
+        from pathlib import Path
+
+        from .writer import workload_rel
+
+        path = Path(self.config.dataset_path) / workload_rel(st.op_type, st.name)
+        try:
+            with open(path, "rb") as f:
+                data = f.read(_RESUME_MAX_BYTES)
+        except OSError:
+            return
+        pol = st.policy
+        for raw in data.splitlines():
+            try:
+                axes = json.loads(raw)["workload"]["axes"]
+                sig = tuple(int(axes[a]) for a in st.var_axes)
+            except Exception:  # a partial last line, another definition's dialect...
+                continue
+            n = st.counts.get(sig, 0)
+            st.counts[sig] = n + 1
+            if n == 0:
+                st.kept += 1
+                b = bucket_of(sig)
+                st.buckets[b] = st.buckets.get(b, 0) + 1
+            if n + 1 >= pol.keep_first_k and len(st.closed) < _CLOSED_MAX:
+                st.closed[sig] = "dedup"
 
     def forget(self, name: str) -> None:
         """Drop the cached state of ``name`` (a definition registered after a miss)."""
