@@ -181,3 +181,21 @@ def test_cpp_solution_dispatched(tmp_path):
     assert torch.allclose(y, x * w + 0.5)
     assert stats()["dispatch"] == {("scale_h4", "cpp_scale", "hit"): 1}
     assert stats()["metrics"]["fib_solution_build_seconds"][("cpp",)][0] == 1
+
+
+TORCH_EXT = r"""
+#include <torch/extension.h>
+torch::Tensor scale_quarter(torch::Tensor x, torch::Tensor w) { return x * w + 0.25; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scale_quarter", &scale_quarter); }
+"""
+
+
+@needs_cxx
+@pytest.mark.skipif(shutil.which("ninja") is None, reason="torch.utils.cpp_extension needs ninja")
+def test_cpp_torch_binding(tmp_path):
+    """binding: "torch" builds with torch.utils.cpp_extension (about a minute on 2 cores)."""
+    s = sol("torch_ext", "cpp", {"k.cpp": TORCH_EXT}, "k.cpp::scale_quarter", binding="torch")
+    a = load_solution(s)
+    x, w = torch.randn(2, 4), torch.randn(4)
+    assert torch.allclose(a.fn(x, w), x * w + 0.25)
+    assert (tmp_path / "cache" / "cpp" / s.content_hash() / "build-torch").is_dir()
