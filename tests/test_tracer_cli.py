@@ -75,3 +75,16 @@ def test_histogram_buckets_many_values():
     labels = [r.split()[0] for r in rows]
     assert labels == ["1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127"]
     assert rows[-1].split()[1] == "36"
+
+
+def test_fib_bench_replays_traced_workloads(traced_root, capsys):
+    """The end-to-end loop: trace -> ``fib bench`` replays the workloads (the reference as the
+    solution, on the CPU) -> ``fib trace summary`` shows every signature evaluated."""
+    root, name = traced_root
+    rc = main(["bench", str(root), "--reference", "--devices", "cpu", "--inline", "--warmup", "1",
+               "--iterations", "2", "--trials", "1", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert main(["trace", "summary", str(root), "--json"]) == 0
+    (s,) = json.loads(capsys.readouterr().out)["definitions"]
+    assert s["definition"] == name and s["evaluated_signatures"] == 4 and s["unevaluated"] == []
