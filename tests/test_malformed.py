@@ -229,3 +229,19 @@ def test_json_output_lists_problems(root):
     (p,) = [p for p in doc["problems"] if p["severity"] == "error"]
     assert p == {"severity": "error", "file": DEF, "line": None, "field": "inputs.weight.dtype",
                  "message": p["message"]} and "float33" in p["message"]
+
+
+def test_field_paths_keep_names_that_look_like_union_tags():
+    from pydantic import ValidationError
+
+    from fib_runtime.schema import Definition, Trace
+    from fib_runtime.schema._base import pydantic_problems
+
+    with pytest.raises(ValidationError) as e:
+        Trace.model_validate({"definition": "d", "workload": {
+            "uuid": "u", "axes": {}, "inputs": {"scalar": {"type": "scalar"}}}})
+    assert [p.field for p in pydantic_problems(e.value, "f")] == ["workload.inputs.scalar.value"]
+    with pytest.raises(ValidationError) as e:
+        Definition.model_validate({"name": "n", "op_type": "o", "axes": {"var": {"type": "const"}},
+                                   "inputs": {}, "outputs": {}, "reference": "def run():\n    pass\n"})
+    assert [p.field for p in pydantic_problems(e.value, "f")] == ["axes.var"]

@@ -113,7 +113,8 @@ def pydantic_problems(exc, file: str, line=None, prefix: str = ""):
 
     out = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()) if not _is_union_tag(p))
+        raw_loc = tuple(err.get("loc", ()))
+        loc = ".".join(str(p) for i, p in enumerate(raw_loc) if not _is_union_tag(raw_loc, i))
         msg = err.get("msg", "invalid").removeprefix("Value error, ")
         if not loc:  # model-level rule: the message starts with its own field path
             head, sep, rest = msg.partition(": ")
@@ -126,5 +127,9 @@ def pydantic_problems(exc, file: str, line=None, prefix: str = ""):
     return out
 
 
-def _is_union_tag(part) -> bool:
-    return isinstance(part, str) and part in ("const", "var", "random", "scalar", "safetensors")
+def _is_union_tag(loc: tuple, i: int) -> bool:
+    """True for the discriminator pydantic inserts after a key of ``axes`` / ``inputs``
+    (``axes.<name>.const.value``), not for an axis or input that happens to be named ``var``."""
+    part = loc[i]
+    return (isinstance(part, str) and part in ("const", "var", "random", "scalar", "safetensors")
+            and i >= 2 and loc[i - 2] in ("axes", "inputs"))
