@@ -446,3 +446,30 @@ def test_register_definition_dict_twice_is_cheap(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Definition, "model_validate", classmethod(lambda cls, *a, **k: 1 / 0))
     register_definition(dict(other))  # same content: not validated again
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_fork_child_dispatches_and_restarts_poller(tmp_path):
+    import multiprocessing as mp
+
+    root = make_dataset(tmp_path / "ds", ["sol_a"], [trace("sol_a", 8)])
+    on(root, reload_interval=0.05)
+    assert call(8) == 1.0
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+
+    def child():
+        try:
+            names = [t.name for t in threading.enumerate()]
+            got = call(8)
+            before = metrics.counter("fib_dispatch_total", "scale_h4", "sol_a", "hit")
+            q.put((got, "fib-runtime-poller" in names, before.value - before.flushed))
+        except Exception as e:  # pragma: no cover
+            q.put(repr(e))
+
+    p = ctx.Process(target=child)
+    p.start()
+    got = q.get(timeout=30)
+    p.join(timeout=30)
+    assert got[0] == 1.0 and got[1] is True
+    assert got[2] == 1   # the child counts only its own calls (the parent's are not re-flushed)
