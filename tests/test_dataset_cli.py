@@ -93,3 +93,19 @@ def test_show_uses_env_dataset(root, monkeypatch, capsys):
     assert main(["list"]) == 1
     assert "dataset root does not exist" in capsys.readouterr().err
     assert not (root / "missing").exists()
+
+
+def test_validate_single_files(root, capsys):
+    assert main(["validate", str(root / "definitions/rmsnorm/rmsnorm_h4096.json")]) == 0
+    assert main(["validate", str(root / "traces/gpt-5/gemm/gemm_n128_k2048.jsonl")]) == 0
+    assert "25 traces" in capsys.readouterr().out
+    sol = root / "solutions/alice/rmsnorm/rmsnorm_h4096/alice_rmsnorm.json"
+    assert main(["validate", str(sol), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"] == {"solutions": 1}
+    bad = root / "traces/gpt-5/gemm/gemm_n128_k2048.jsonl"
+    lines = bad.read_text().splitlines()
+    lines[1] = lines[1].replace('"PASSED"', '"FINE"')
+    bad.write_text("\n".join(lines) + "\n")
+    assert main(["validate", str(bad)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"error: {bad}:2 [evaluation.status]: ")

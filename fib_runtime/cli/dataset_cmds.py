@@ -4,9 +4,10 @@
     fib list [PATH] [--dialect ...] [--json]
     fib show NAME [--dataset PATH] [--reference] [--json]
 
-``validate`` prints every problem as ``file[:line] [field]: message`` (line numbers for JSONL
-files, dotted field paths inside the object), then a summary; it exits 1 when there is any
-error (warnings alone exit 0). ``--skip-blobs`` checks everything except whether the
+``validate`` takes a dataset root, a FlashInfer dump folder, or one file (a definition or
+solution ``.json``, or a ``.jsonl`` of traces, checked on its own). It prints every problem as
+``file[:line] [field]: message`` (line numbers for JSONL files, dotted field paths inside the
+object), then a summary; it exits 1 when there is any error (warnings alone exit 0). ``--skip-blobs`` checks everything except whether the
 safetensors blobs are present (the public dataset keeps them in Git LFS, usually absent from a
 checkout); blob paths that escape the root are still errors. ``--dialect flashinfer`` reads
 FlashInfer 0.7 ``flashinfer.trace`` dumps, whose folder is flat (``<dir>/<name>.json``).
@@ -91,7 +92,10 @@ def _plural(n: int, word: str) -> str:
 
 # ---- validate ---------------------------------------------------------------------------------
 def cmd_validate(args) -> int:
-    ds = _open(resolve_dataset_path(args.path), args.dialect, check_blobs=not args.skip_blobs)
+    path = resolve_dataset_path(args.path)
+    if path.is_file():
+        return _validate_file(path, args)
+    ds = _open(path, args.dialect, check_blobs=not args.skip_blobs)
     counts = _counts(ds)
     errors = [p for p in ds.problems if p.severity == "error"]
     warnings = [p for p in ds.problems if p.severity != "error"]
@@ -126,6 +130,63 @@ def cmd_validate(args) -> int:
               f"workloads/, ... or a flat folder of definition .json files)", file=sys.stderr)
         return 1
     return 1 if errors else 0
+
+
+def _validate_file(path, args) -> int:
+    """One file on its own: a definition or solution (.json) or a JSONL of traces.
+
+    Only the file's own rules are checked; those that need the rest of a dataset (workload axes
+    against their definition, blobs, duplicate names) are not.
+    """
+    from pydantic import ValidationError
+
+    from ..errors import Problem
+    from ..fileio import read_lines
+    from ..schema import Definition, Solution, Trace, parse
+    from ..schema._base import pydantic_problems
+
+    problems: List[Problem] = []
+    counts: Counter = Counter()
+    name = str(path)
+
+    def check(model, raw, line=None):
+        try:
+            parse(model, raw, args.dialect)
+            counts[model.__name__.lower() + "s"] += 1
+        except ValidationError as e:
+            problems.extend(pydantic_problems(e, name, line))
+
+    try:
+        if path.suffix == ".jsonl":
+            for lineno, text in read_lines(path):
+                try:
+                    raw = json.loads(text)
+                except json.JSONDecodeError as e:
+                    problems.append(Problem(name, f"bad JSON: {e.msg} at column {e.colno}", lineno))
+                    continue
+                check(Trace, raw, lineno)
+        else:
+            text = path.read_text(encoding="utf-8")
+            try:
+                raw = json.loads(text)
+            except json.JSONDecodeError as e:
+                problems.append(Problem(name, f"bad JSON: {e.msg} at line {e.lineno} column {e.colno}", e.lineno))
+            else:
+                check(Solution if isinstance(raw, dict) and "spec" in raw else Definition, raw)
+    except (OSError, UnicodeDecodeError) as e:
+        raise FibError(f"cannot read {path}: {e}") from None
+    if args.json:
+        emit_json({"file": name, "dialect": args.dialect, "counts": dict(counts), "errors": len(problems),
+                   "ok": not problems, "problems": [
+                       {"severity": p.severity, "file": p.file, "line": p.line, "field": p.field,
+                        "message": p.message} for p in problems]})
+    else:
+        for p in problems:
+            print(f"error: {p}")
+        what = ", ".join(_plural(n, k[:-1]) for k, n in sorted(counts.items())) or "nothing valid"
+        print(f"{name}: {what} (dialect {args.dialect}; checked on its own, without its dataset)")
+        print(f"{'FAILED' if problems else 'OK'}: {_plural(len(problems), 'error')}")
+    return 1 if problems else 0
 
 
 def _not_loadable_by_fib(ds: Dataset) -> List[str]:
