@@ -68,7 +68,7 @@ def _cascade_problem(B, P, S, Hq=32, Hkv=8, D=128, ps=16, dev="cuda"):
     return q, k, v, levels
 
 
-def record(ds_root: str, quick: bool) -> dict:
+def record(ds_root: str, quick: bool, dev: str = "cuda", vocabs=None) -> dict:
     os.environ["FIB_ENABLE_TRACING"] = "1"
     os.environ["FIB_ENABLE_APPLY"] = "0"
     os.environ["FIB_TRACE_PATH"] = ds_root
@@ -78,7 +78,6 @@ def record(ds_root: str, quick: bool) -> dict:
     from fib_runtime.definitions import cascade as cdefs
     from fib_runtime.definitions import sampling as sdefs
 
-    dev = "cuda"
     info = {"adapter": None, "direct": [], "errors": []}
     tracer.enable(ds_root, rate_limit=None, max_bytes=8 << 30, queue_size=4096, max_pending_bytes=16 << 30)
     try:
@@ -91,7 +90,7 @@ def record(ds_root: str, quick: bool) -> dict:
     import flashinfer.cascade as fc
     import flashinfer.sampling as fs
 
-    vocabs = [128256] if quick else [128256, 151936]
+    vocabs = vocabs or ([128256] if quick else [128256, 151936])
     batches = [1, 64, 512] if quick else [1, 16, 64, 256, 512]
     calls = []  # (definition dict, inputs) for the direct fallback
     for V in vocabs:
@@ -126,7 +125,8 @@ def record(ds_root: str, quick: bool) -> dict:
             w.run(q, (k, v))
         except Exception as e:  # noqa: BLE001
             info["errors"].append(f"cascade run(B={B}): {type(e).__name__}: {e}"[:300])
-    torch.cuda.synchronize()
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
     tracer.flush()
     stats_adapter = tracer.stats()
     # which definitions did the adapter path record?

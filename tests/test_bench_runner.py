@@ -142,3 +142,26 @@ def test_tolerances_per_definition():
     assert (t3.atol, t3.rtol, t3.mismatch) == (0.75, 0.25, 0.01)
     with pytest.raises(ValueError):
         parse_tolerance_args(["x:foo=1"])
+
+
+def test_scalar_inputs_and_input_guard(tmp_path):
+    """A definition with a Python-scalar input (shape null), as the cascade run's sm_scale."""
+    import uuid
+
+    from fib_runtime.schema import Definition, Trace
+
+    ds = Dataset.open(tmp_path / "ds", create=True)
+    d = Definition.model_validate({
+        "name": "scale_h8", "op_type": "toy", "axes": {"n": {"type": "var"}, "h": {"type": "const", "value": 8}},
+        "inputs": {"x": {"shape": ["n", "h"], "dtype": "float32"}, "alpha": {"shape": None, "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["n", "h"], "dtype": "float32"}},
+        "reference": "def run(x, alpha):\n    return x * alpha\n"})
+    ds.add_definition(d)
+    ds.add_workloads([Trace.model_validate({"definition": d.name, "workload": {
+        "uuid": str(uuid.uuid4()), "axes": {"n": 5},
+        "inputs": {"x": {"type": "random"}, "alpha": {"type": "scalar", "value": 0.5}}}})])
+    z = zoo(d, include=["correct", "mutates_input", "dps_correct", "dps_overflow", "wrong"])
+    for s, _ in z.values():
+        ds.add_solution(s)
+    summary = run_bench(ds, cfg=BenchConfig(**FAST), inline=True, progress=False)
+    assert {t.solution: t.evaluation.status.value for t in summary.traces} == {s.name: st for s, st in z.values()}

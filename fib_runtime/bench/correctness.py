@@ -101,7 +101,11 @@ def changed_inputs(inputs: Dict[str, Any], pristine: Dict[str, Any]) -> List[str
     out = []
     for k, ref in pristine.items():
         v = inputs[k]
-        if v.shape != ref.shape or v.dtype != ref.dtype:
+        if not isinstance(ref, torch.Tensor):
+            if not isinstance(v, type(ref)) or v != ref:
+                out.append(k)
+            continue
+        if not isinstance(v, torch.Tensor) or v.shape != ref.shape or v.dtype != ref.dtype:
             out.append(k)
         elif not torch.equal(v, ref) and not _equal_nan(v, ref):
             out.append(k)

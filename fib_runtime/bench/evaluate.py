@@ -120,8 +120,8 @@ class WorkerState:
             return {"status": "COMPILE_ERROR", "message": f"{type(e).__name__}: {e}"}
         dps = s.spec.destination_passing_style
         pristine = prep.inputs
-        args = list(snapshot_inputs(pristine).get(k, v) for k, v in pristine.items())
-        named = dict(zip(pristine, args))
+        copies = snapshot_inputs(pristine)  # the solution gets copies; pristine stays the reference's
+        named = {k: copies.get(k, v) for k, v in pristine.items()}
         guards = None
 
         def call(named_inputs, guarded: bool = False):

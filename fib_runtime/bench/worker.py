@@ -96,7 +96,7 @@ def worker_main(conn, device_label: str, dataset_root: str, cfg_dict: Dict[str, 
         except BaseException as e:  # noqa: BLE001 - keep the worker alive
             with capture_fds(log_path + ".err"):
                 traceback.print_exc()
-            result = {"status": "RUNTIME_ERROR", "message": f"{type(e).__name__}: {e}"}
+            result = {"status": "RUNTIME_ERROR", "message": f"internal error of fib bench: {type(e).__name__}: {e}"}
         result["log"] = read_log(log_path, cfg.log_cap_bytes)
         conn.send(("result", tid, result))
         if not _healthy(state):  # e.g. a CUDA context poisoned by the solution: start afresh
