@@ -473,3 +473,22 @@ def test_fork_child_dispatches_and_restarts_poller(tmp_path):
     p.join(timeout=30)
     assert got[0] == 1.0 and got[1] is True
     assert got[2] == 1   # the child counts only its own calls (the parent's are not re-flushed)
+
+
+def test_hardware_classes_and_detection_without_cuda_init(monkeypatch):
+    from fib_runtime.dispatch import hardware as hw
+
+    assert hw.normalize_hardware("NVIDIA H200") == "H200"
+    assert hw.normalize_hardware("NVIDIA H200 NVL") == "H200"
+    assert hw.normalize_hardware("NVIDIA A800-SXM4-80GB") == "A800"
+    assert hw.normalize_hardware("NVIDIA H100 80GB HBM3") == "H100"
+    assert hw.normalize_hardware("NVIDIA GeForce RTX 4090") == "RTX4090"
+    assert hw.normalize_hardware(None) == "CPU" and hw.normalize_hardware("cpu") == "CPU"
+    monkeypatch.setattr(hw, "_nvml_name", lambda: "NVIDIA H200")
+    assert hw.detect_hardware() == "H200"
+    monkeypatch.setattr(hw, "_nvml_name", lambda: None)
+    monkeypatch.setattr(hw, "_proc_name", lambda: "NVIDIA B200")
+    assert hw.detect_hardware() == "B200"
+    monkeypatch.setattr(hw, "_proc_name", lambda: None)
+    assert hw.detect_hardware() == "CPU"
+    assert not torch.cuda.is_initialized()

@@ -266,7 +266,7 @@ class LoadingMixin:
                 log.debug("fib-runtime: poller error", exc_info=True)
             metrics.flush()
 
-    # ---- decisions ----------------------------------------------------------------------------
+
 
 
 from . import runtime as R  # noqa: E402  (bottom: runtime imports this module)
