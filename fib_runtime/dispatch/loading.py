@@ -202,6 +202,10 @@ class LoadingMixin:
             f = R._ENTRIES.get(defn.name)
             if f is not None and f.entry.definition is None:
                 del R._ENTRIES[defn.name]
+            if self.dataset is not None and defn.name not in self.dataset.definitions:
+                # the dataset dropped its traces for this name when it was unknown: rebuild the
+                # table in the background thread (keys decided meanwhile are re-decided at the swap)
+                self._kick.set()
 
     def _scan(self):
         """Fingerprint of the files that change selection: (path, mtime_ns, size) of each."""
@@ -244,12 +248,14 @@ class LoadingMixin:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop = threading.Event()
+        self._kick = threading.Event()
         t = threading.Thread(target=self._poll, name="fib-runtime-poller", daemon=True)
         self._thread = t
         t.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._kick.set()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(timeout=5)
@@ -257,10 +263,14 @@ class LoadingMixin:
 
     def _poll(self) -> None:
         period = self.reload_interval if self.reload_interval > 0 else 2.0
-        stop = self._stop
-        while not stop.wait(period):
+        stop, kick = self._stop, self._kick
+        while True:
+            kicked = kick.wait(period)
+            if stop.is_set():
+                return
+            kick.clear()
             try:
-                if self.reload_interval > 0 and self._scan() != self._fingerprint:
+                if kicked or (self.reload_interval > 0 and self._scan() != self._fingerprint):
                     self.reload(force=True)
             except Exception:  # pragma: no cover - never let the poller die
                 log.debug("fib-runtime: poller error", exc_info=True)

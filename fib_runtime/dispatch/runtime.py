@@ -215,6 +215,7 @@ class Runtime(LoadingMixin, DecideMixin):
         self._fingerprint = None
         self._logged: set = set()
         self._stop = threading.Event()
+        self._kick = threading.Event()  # set: the poller rebuilds the table now
         self._thread: Optional[threading.Thread] = None
         self.assume_loadable = False  # fib explain: a solution in the dataset counts as loadable
         self._build(first=True)
