@@ -71,6 +71,12 @@ def runtime_hooks() -> Tuple[Optional[Callable], Optional[Callable], Optional[Ca
             from fib_runtime.dispatch import register_definition as reg_d  # type: ignore
 
             regs.append(reg_d)
+            try:  # read the dataset and build solutions now, not during the first call
+                from fib_runtime.dispatch.runtime import enable_from_env  # type: ignore
+
+                enable_from_env()
+            except Exception:
+                log.debug("fib-runtime: dispatcher enable_from_env failed", exc_info=True)
         except Exception:
             log.warning("fib-runtime: FIB_ENABLE_APPLY=1 but the dispatcher is unavailable",
                         exc_info=True)

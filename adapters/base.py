@@ -344,6 +344,19 @@ def make_wrapper(
     return wrapper
 
 
+class originals_only:
+    """Context manager: inside it, every intercepted call runs the original (no dispatch, no
+    recording, no counting), as if nested in one of ours. For references in tests/benchmarks."""
+
+    def __enter__(self):
+        self._token = _DEPTH.set(_DEPTH.get() + 1)
+        return self
+
+    def __exit__(self, *exc):
+        _DEPTH.reset(self._token)
+        return False
+
+
 def in_intercepted_call() -> bool:
     """True while an intercepted call of this context is running (the re-entrancy guard)."""
     return _DEPTH.get() > 0
