@@ -318,6 +318,14 @@ def bench_merge(fi, copy_gbs, reps=20):
         nbytes = 3 * n * h * d * 2 + 3 * n * h * 4
         name = str(dtype).replace("torch.", "")
         r = dict(shape=[n, h, d], bytes=nbytes, floor_us=nbytes / (copy_gbs * 1e3))
+        default_variant = int(lib.set_merge_variant(-1))  # -1: query only
+        r["default_variant"] = default_variant
+        if dtype == torch.float16:
+            for var in range(5):
+                lib.set_merge_variant(var)
+                r[f"ours_v{var}_us"] = graph_time_us(ours, 4, reps)
+                r[f"ours_in_place_v{var}_us"] = graph_time_us(ours_inplace, 4, reps)
+            lib.set_merge_variant(default_variant)
         r["ours_us"] = graph_time_us(ours, 4, reps)
         r["ours_api_us"] = graph_time_us(ours_py, 4, reps)
         r["ours_in_place_us"] = graph_time_us(ours_inplace, 4, reps)
@@ -406,6 +414,15 @@ def write_md(res, path):
         g = lambda k, fmt="{:.1f}": fmt.format(r[k]) if k in r else "–"  # noqa: E731
         L.append(f"| {name} | {g('ours_us')} | {g('ours_api_us')} | {g('ours_in_place_us')} | {g('fi_us')} | "
                  f"{g('fi_in_place_us')} | {g('floor_us')} | {g('ours_vs_copy', '{:.3f}')} | {g('fi_vs_copy', '{:.3f}')} |")
+    fp16 = res["merge_state"].get("float16", {})
+    if "ours_v0_us" in fp16:
+        L += ["", "merge kernel variants (fp16; 0: 2 rows/thread, 1: 4 rows, 2: 2 rows + streaming hints, "
+              "3: 4 rows + streaming hints, 4: 1 row; default " + str(fp16.get("default_variant")) + "):", "",
+              "| variant | merge_state µs | / copy BW | merge_state_in_place µs | / copy BW |", "|---|---|---|---|---|"]
+        for var in range(5):
+            a, b = fp16[f"ours_v{var}_us"], fp16[f"ours_in_place_v{var}_us"]
+            L.append(f"| {var} | {a:.1f} | {fp16['bytes'] / (a * 1e3) / res['copy_GBs']:.3f} | {b:.1f} | "
+                     f"{fp16['bytes'] / (b * 1e3) / res['copy_GBs']:.3f} |")
     slower = [r for r in res["configs"] if r.get("speedup_vs_fi_cascade") is not None and r["speedup_vs_fi_cascade"] < 1]
     L += ["", f"Configurations slower than FlashInfer's cascade: {len(slower)} of {len(res['configs'])}."]
     Path(path).write_text("\n".join(L) + "\n")

@@ -307,3 +307,15 @@ def test_emulated_schedule_matches_reference(case):
     assert fc.default_ctas_per_sm is orig
     if case["B"] == 1:
         assert w._slot_base[-1] >= 0  # the split-last-level path was exercised
+
+
+def test_builtin_table_has_cascade_entries():
+    from fib_runtime.kernels import builtin_table
+
+    for n in ("merge_state_h32_d128", "merge_state_in_place_h32_d128", "merge_states_h32_d128",
+              "multi_level_cascade_run_h32_kv8_d128_ps16"):
+        e = builtin_table.find(n)
+        assert e is not None and e.family == "cascade" and callable(e.load())
+        assert generate(n)["op_type"] == e.op_type
+        assert e.supports(()) is False  # never raises; no CUDA tensors here
+    assert builtin_table.find("merge_state_in_place_h8_d64").callable_path.endswith("builtin_merge_state_in_place")

@@ -94,7 +94,30 @@ SAMPLING_BUILTINS: list[BuiltinKernel] = [
 ]
 
 # Other kernel families append their entries here (cascade: CASCADE_BUILTINS).
-CASCADE_BUILTINS: list[BuiltinKernel] = []
+def _cascade_supports(kind: str) -> Callable[[Any], bool]:
+    def check(inputs: Any) -> bool:
+        try:
+            from . import cascade
+
+            return (cascade._supports_run if kind == "run" else cascade._supports_merge)(inputs)
+        except Exception:  # noqa: BLE001 - a support probe never raises
+            return False
+
+    return check
+
+
+_C = "fib_runtime.kernels.cascade"
+CASCADE_BUILTINS: list[BuiltinKernel] = [
+    BuiltinKernel("merge_state_h", f"{_C}:builtin_merge_state", "cascade_merge",
+                  "fib merge of two attention states (base-2 LSE)", _cascade_supports("merge"), "cascade"),
+    BuiltinKernel("merge_state_in_place_h", f"{_C}:builtin_merge_state_in_place", "cascade_merge",
+                  "fib in-place state merge (returns the merged state)", _cascade_supports("merge"), "cascade"),
+    BuiltinKernel("merge_states_h", f"{_C}:builtin_merge_states", "cascade_merge",
+                  "fib n-ary attention state merge", _cascade_supports("merge"), "cascade"),
+    BuiltinKernel("multi_level_cascade_run_h", f"{_C}:builtin_cascade_run", "cascade_attention",
+                  "fib multi-level shared-prefix paged attention (tensor-core shared level, fused merge)",
+                  _cascade_supports("run"), "cascade"),
+]
 
 BUILTINS: list[BuiltinKernel] = SAMPLING_BUILTINS + CASCADE_BUILTINS
 

@@ -591,3 +591,87 @@ __all__ = [
     "available",
     "CascadeUnavailable",
 ]
+
+
+# ----------------------------------------------------------------------------- built-in solutions
+# Callables of the Definitions in fib_runtime.definitions.cascade (inputs in Definition order,
+# outputs returned). Registered in builtin_table.CASCADE_BUILTINS.
+
+
+def builtin_merge_state(v_a, s_a, v_b, s_b):
+    return merge_state(v_a, s_a, v_b, s_b)
+
+
+def builtin_merge_state_in_place(v, s, v_other, s_other):
+    """Definition form of merge_state_in_place: returns the merged state (inputs untouched; the
+    adapter writes it back into FlashInfer's v and s)."""
+    return merge_state(v, s, v_other, s_other)
+
+
+def builtin_merge_states(v, s):
+    return merge_states(v, s)
+
+
+_RUN_CACHE: dict = {}
+_RUN_CACHE_MAX = 16
+
+
+def _meta_key(t):
+    return (t.data_ptr(), tuple(t.shape), t.dtype, getattr(t, "_version", 0))
+
+
+def builtin_cascade_run(q, k_cache, v_cache, *args):
+    """``multi_level_cascade_run_*``: q, k_cache, v_cache, per level (qo_indptr, kv_indptr,
+    kv_indices, kv_last_page_len), sm_scale -> output. Plans are cached per metadata tensors
+    (pointer, shape, version counter), so the per-layer calls of one decode step plan once."""
+    torch = _torch()
+    if (len(args) - 1) % 4 or len(args) < 5:
+        raise ValueError("cascade run: expected 4 tensors per level then sm_scale")
+    sm_scale = float(args[-1])
+    levels = (len(args) - 1) // 4
+    meta = args[:-1]
+    key = (levels, q.shape[1], k_cache.shape[2], q.shape[2], k_cache.shape[1], q.dtype, sm_scale,
+           q.device, tuple(_meta_key(t) for t in meta))
+    w = _RUN_CACHE.get(key)
+    if w is None:
+        if len(_RUN_CACHE) >= _RUN_CACHE_MAX:
+            _RUN_CACHE.pop(next(iter(_RUN_CACHE)))
+        w = MultiLevelCascadeAttentionWrapper(levels, None, "NHD")
+        w.plan([meta[4 * i] for i in range(levels)], [meta[4 * i + 1] for i in range(levels)],
+               [meta[4 * i + 2] for i in range(levels)], [meta[4 * i + 3] for i in range(levels)],
+               q.shape[1], k_cache.shape[2], q.shape[2], k_cache.shape[1], sm_scale=sm_scale,
+               q_data_type=q.dtype)
+        _RUN_CACHE[key] = w
+    return w.run(q, (k_cache, v_cache))
+
+
+def _supports_merge(inputs) -> bool:
+    try:
+        torch = _torch()
+        seq = list(inputs.values()) if isinstance(inputs, dict) else list(inputs)
+        v = seq[0]
+        if not (isinstance(v, torch.Tensor) and v.is_cuda and v.dtype in (torch.float16, torch.bfloat16)):
+            return False
+        if v.shape[-1] % 8 or v.shape[-1] > 2048:
+            return False
+        return all(isinstance(t, torch.Tensor) and t.is_cuda for t in seq) and available()
+    except Exception:  # noqa: BLE001 - a support probe never raises
+        return False
+
+
+def _supports_run(inputs) -> bool:
+    try:
+        torch = _torch()
+        seq = list(inputs.values()) if isinstance(inputs, dict) else list(inputs)
+        q, k, v = seq[:3]
+        if not all(isinstance(t, torch.Tensor) and t.is_cuda for t in (q, k, v)):
+            return False
+        if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
+            return False
+        if q.dim() != 3 or k.dim() != 4 or q.shape[2] not in SUPPORTED_HEAD_DIMS or k.shape[3] != q.shape[2]:
+            return False
+        if q.shape[1] % k.shape[2] or (len(seq) - 4) % 4:
+            return False
+        return available()
+    except Exception:  # noqa: BLE001
+        return False

@@ -55,22 +55,37 @@ void check_launch(const char* what) {
   TVM_FFI_ICHECK(e == cudaSuccess) << what << " launch failed: " << cudaGetErrorString(e);
 }
 
-constexpr int kUnroll = 2;
+// merge kernel variant: 0 = 2 rows/thread, 1 = 4 rows/thread, 2 = 2 rows + streaming cache hints,
+// 3 = 4 rows + streaming hints, 4 = 1 row/thread. Default chosen from H200 measurements.
+int g_merge_variant = 3;
 
-template <typename T>
-void launch_merge_state(const TensorView& va, const TensorView& sa, const TensorView& vb,
-                        const TensorView& sb, const TensorView& vo, const TensorView& so,
-                        cudaStream_t st) {
+template <typename T, int U, bool ST>
+void launch_merge_state_u(const TensorView& va, const TensorView& sa, const TensorView& vb,
+                          const TensorView& sb, const TensorView& vo, const TensorView& so,
+                          cudaStream_t st) {
   int64_t rows = va.size(0) * va.size(1);
   int tpr = static_cast<int>(va.size(2) / 8);
   if (rows == 0 || tpr == 0) return;
   int rpb = 256 / tpr;
-  int64_t blocks = (rows + rpb * kUnroll - 1) / (rpb * kUnroll);
-  merge_state_kernel<T, kUnroll><<<static_cast<unsigned>(blocks), dim3(tpr, rpb), 0, st>>>(
+  int64_t blocks = (rows + rpb * U - 1) / (rpb * U);
+  merge_state_kernel<T, U, ST><<<static_cast<unsigned>(blocks), dim3(tpr, rpb), 0, st>>>(
       static_cast<const T*>(va.data_ptr()), static_cast<const float*>(sa.data_ptr()),
       static_cast<const T*>(vb.data_ptr()), static_cast<const float*>(sb.data_ptr()),
       static_cast<T*>(vo.data_ptr()), static_cast<float*>(so.data_ptr()), static_cast<int>(rows));
   check_launch("merge_state");
+}
+
+template <typename T>
+void launch_merge_state(const TensorView& va, const TensorView& sa, const TensorView& vb,
+                        const TensorView& sb, const TensorView& vo, const TensorView& so,
+                        cudaStream_t st, int variant) {
+  switch (variant) {
+    case 0: return launch_merge_state_u<T, 2, false>(va, sa, vb, sb, vo, so, st);
+    case 1: return launch_merge_state_u<T, 4, false>(va, sa, vb, sb, vo, so, st);
+    case 2: return launch_merge_state_u<T, 2, true>(va, sa, vb, sb, vo, so, st);
+    case 4: return launch_merge_state_u<T, 1, false>(va, sa, vb, sb, vo, so, st);
+    default: return launch_merge_state_u<T, 4, true>(va, sa, vb, sb, vo, so, st);
+  }
 }
 
 void merge_state(TensorView v_a, TensorView s_a, TensorView v_b, TensorView s_b,
@@ -96,26 +111,38 @@ void merge_state(TensorView v_a, TensorView s_a, TensorView v_b, TensorView s_b,
   TVM_FFI_ICHECK(dtype_of(v_b) == d && dtype_of(v_merged) == d) << "merge_state: dtype mismatch";
   cudaStream_t st = stream_of(v_a);
   if (d == DT::kF16)
-    launch_merge_state<half>(v_a, s_a, v_b, s_b, v_merged, s_merged, st);
+    launch_merge_state<half>(v_a, s_a, v_b, s_b, v_merged, s_merged, st, g_merge_variant);
   else if (d == DT::kBF16)
-    launch_merge_state<__nv_bfloat16>(v_a, s_a, v_b, s_b, v_merged, s_merged, st);
+    launch_merge_state<__nv_bfloat16>(v_a, s_a, v_b, s_b, v_merged, s_merged, st, g_merge_variant);
   else
     TVM_FFI_THROW(TypeError) << "merge_state: v must be float16 or bfloat16";
+}
+
+template <typename T, int U, bool ST>
+void launch_merge_in_place_u(const TensorView& v, const TensorView& s, const TensorView& vb,
+                             const TensorView& sb, const uint8_t* mask, cudaStream_t st) {
+  int64_t rows = v.size(0) * v.size(1);
+  int tpr = static_cast<int>(v.size(2) / 8);
+  if (rows == 0 || tpr == 0) return;
+  int rpb = 256 / tpr;
+  int64_t blocks = (rows + rpb * U - 1) / (rpb * U);
+  merge_state_in_place_kernel<T, U, ST><<<static_cast<unsigned>(blocks), dim3(tpr, rpb), 0, st>>>(
+      static_cast<T*>(v.data_ptr()), static_cast<float*>(s.data_ptr()),
+      static_cast<const T*>(vb.data_ptr()), static_cast<const float*>(sb.data_ptr()), mask,
+      static_cast<int>(rows), static_cast<int>(v.size(1)));
+  check_launch("merge_state_in_place");
 }
 
 template <typename T>
 void launch_merge_in_place(const TensorView& v, const TensorView& s, const TensorView& vb,
                            const TensorView& sb, const uint8_t* mask, cudaStream_t st) {
-  int64_t rows = v.size(0) * v.size(1);
-  int tpr = static_cast<int>(v.size(2) / 8);
-  if (rows == 0 || tpr == 0) return;
-  int rpb = 256 / tpr;
-  int64_t blocks = (rows + rpb * kUnroll - 1) / (rpb * kUnroll);
-  merge_state_in_place_kernel<T, kUnroll><<<static_cast<unsigned>(blocks), dim3(tpr, rpb), 0, st>>>(
-      static_cast<T*>(v.data_ptr()), static_cast<float*>(s.data_ptr()),
-      static_cast<const T*>(vb.data_ptr()), static_cast<const float*>(sb.data_ptr()), mask,
-      static_cast<int>(rows), static_cast<int>(v.size(1)));
-  check_launch("merge_state_in_place");
+  switch (g_merge_variant) {
+    case 0: return launch_merge_in_place_u<T, 2, false>(v, s, vb, sb, mask, st);
+    case 1: return launch_merge_in_place_u<T, 4, false>(v, s, vb, sb, mask, st);
+    case 2: return launch_merge_in_place_u<T, 2, true>(v, s, vb, sb, mask, st);
+    case 4: return launch_merge_in_place_u<T, 1, false>(v, s, vb, sb, mask, st);
+    default: return launch_merge_in_place_u<T, 4, true>(v, s, vb, sb, mask, st);
+  }
 }
 
 void merge_state_in_place(TensorView v, TensorView s, TensorView v_other, TensorView s_other,
@@ -382,6 +409,12 @@ int64_t max_stages(int64_t head_dim, int64_t tile_rows) {
   return (head_dim <= 128 && tile_rows != 128) ? 3 : 2;
 }
 
+int64_t set_merge_variant(int64_t v) {
+  int old = g_merge_variant;
+  if (v >= 0 && v <= 4) g_merge_variant = static_cast<int>(v);
+  return old;
+}
+
 int64_t sm_count() {
   int dev = 0, n = 0;
   cudaGetDevice(&dev);
@@ -400,3 +433,4 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(level_occupancy, level_occupancy);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(level_smem_bytes, level_smem_bytes);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(max_stages, max_stages);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(sm_count, sm_count);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(set_merge_variant, set_merge_variant);

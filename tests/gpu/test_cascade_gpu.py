@@ -402,3 +402,42 @@ def test_cascade_matches_flashinfer_wrapper():
             [i32(l["last_page_len"]) for l in lv], 32, 8, 128, 16)
     o_fi = fw.run(case["q"], case["cache"])
     assert rel_err(out, o_fi) < 2e-3
+
+
+def test_builtin_solutions_match_definition_references():
+    from fib_runtime.definitions import generate
+    from fib_runtime.kernels import builtin_table
+
+    def ref(name, **kw):
+        ns = {}
+        exec(compile(generate(name, **kw)["reference"], name, "exec"), ns)  # noqa: S102
+        return ns["run"]
+
+    v_a, s_a, v_b, s_b = _states(50, 8, 128, torch.float16)
+    for name, args in (("merge_state_h8_d128", (v_a, s_a, v_b, s_b)),
+                       ("merge_state_in_place_h8_d128", (v_a, s_a, v_b, s_b))):
+        ent = builtin_table.find(name)
+        assert ent is not None and ent.supports(args)
+        out = ent.load()(*args)
+        r = ref(name, dtype="float16")(*args)
+        assert rel_err(out[0], r[0]) < 4e-3
+    vv = torch.randn(30, 3, 8, 128, device=DEV).half()
+    ss = torch.randn(30, 3, 8, device=DEV)
+    ent = builtin_table.find("merge_states_h8_d128")
+    assert rel_err(ent.load()(vv, ss)[0], ref("merge_states_h8_d128", dtype="float16")(vv, ss)[0]) < 4e-3
+    # cascade run through the built-in (definition input order), twice (plan cache)
+    cfg = dict(name="builtin", dtype=torch.bfloat16, D=128, Hq=8, Hkv=2, page_size=16, B=5, P=300,
+               suffix=lambda r, B: [r.randint(1, 60) for _ in range(B)])
+    case = build_case(cfg, 7)
+    i32 = lambda x: torch.tensor(x, dtype=torch.int32, device=DEV)  # noqa: E731
+    args = [case["q"], case["cache"][:, 0], case["cache"][:, 1]]
+    for lv in case["levels"]:
+        args += [i32(lv["qo_indptr"]), i32(lv["kv_indptr"]), i32(lv["kv_indices"]), i32(lv["last_page_len"])]
+    args.append(1 / math.sqrt(128))
+    name = "multi_level_cascade_run_h8_kv2_d128_ps16"
+    ent = builtin_table.find(name)
+    assert ent.supports(args)
+    o1 = ent.load()(*args)
+    o2 = ent.load()(*args)
+    r = ref(name, dtype="bfloat16")(*args)
+    assert rel_err(o1, r) < 2e-2 and torch.equal(o1, o2)

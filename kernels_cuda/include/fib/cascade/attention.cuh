@@ -295,13 +295,15 @@ __global__ void __launch_bounds__(32 * WM * WK, (WM == 1 && D <= 128) ? 4 : 2)
 #pragma unroll
           for (int j = 0; j < NB; ++j)
             ldmatrix_x4(b[j], tb + koff[kp & 1] + (kp >> 1) * 128 + (n0 + j) * 8 * ROWB);
+          // k-step outer: MT*NB independent accumulators between dependent mma
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
+          for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int j = 0; j < NB; ++j) mma16816<T>(s[mt][n0 + j], a[mt][0], b[j][0], b[j][1]);
 #pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
             for (int j = 0; j < NB; ++j) mma16816<T>(s[mt][n0 + j], a[mt][1], b[j][2], b[j][3]);
-          }
         }
       }
     }

@@ -50,33 +50,36 @@ struct TypeTraits<__nv_bfloat16> {
   }
 };
 
-// 8 elements of a 16-bit type <-> 8 floats
-template <typename T>
+// 8 elements of a 16-bit type <-> 8 floats (STREAM: evict-first cache hints, data used once)
+template <typename T, bool STREAM = false>
 __device__ __forceinline__ void load8(const T* p, float* f) {
-  uint4 u = *reinterpret_cast<const uint4*>(p);
+  uint4 u = STREAM ? __ldcs(reinterpret_cast<const uint4*>(p)) : *reinterpret_cast<const uint4*>(p);
   float2 a = TypeTraits<T>::unpack(u.x), b = TypeTraits<T>::unpack(u.y),
          c = TypeTraits<T>::unpack(u.z), d = TypeTraits<T>::unpack(u.w);
   f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
   f[4] = c.x; f[5] = c.y; f[6] = d.x; f[7] = d.y;
 }
 template <>
-__device__ __forceinline__ void load8<float>(const float* p, float* f) {
+__device__ __forceinline__ void load8<float, false>(const float* p, float* f) {
   float4 a = reinterpret_cast<const float4*>(p)[0];
   float4 b = reinterpret_cast<const float4*>(p)[1];
   f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
   f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
-template <typename T>
+template <typename T, bool STREAM = false>
 __device__ __forceinline__ void store8(T* p, const float* f) {
   uint4 u;
   u.x = TypeTraits<T>::pack(f[0], f[1]);
   u.y = TypeTraits<T>::pack(f[2], f[3]);
   u.z = TypeTraits<T>::pack(f[4], f[5]);
   u.w = TypeTraits<T>::pack(f[6], f[7]);
-  *reinterpret_cast<uint4*>(p) = u;
+  if (STREAM)
+    __stcs(reinterpret_cast<uint4*>(p), u);
+  else
+    *reinterpret_cast<uint4*>(p) = u;
 }
 template <>
-__device__ __forceinline__ void store8<float>(float* p, const float* f) {
+__device__ __forceinline__ void store8<float, false>(float* p, const float* f) {
   reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
   reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
 }

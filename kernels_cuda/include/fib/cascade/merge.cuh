@@ -25,7 +25,7 @@ __device__ __forceinline__ void merge2_weights(float sa, float sb, float& wa, fl
 // Thread layout of the merge kernels: blockDim = (tpr, rpb) with tpr = head_dim / 8 threads per
 // row (one 16-byte vector each) and rpb rows per block; each thread handles UNROLL rows
 // (row = (blockIdx.x * UNROLL + u) * rpb + threadIdx.y), all loads issued before any math.
-template <typename T, int UNROLL>
+template <typename T, int UNROLL, bool STREAM = false>
 __global__ void __launch_bounds__(256) merge_state_kernel(
     const T* __restrict__ va, const float* __restrict__ sa, const T* __restrict__ vb,
     const float* __restrict__ sb, T* __restrict__ vo, float* __restrict__ so, int num_rows) {
@@ -38,8 +38,8 @@ __global__ void __launch_bounds__(256) merge_state_kernel(
       const int64_t e = (static_cast<int64_t>(row) * tpr + cx) * 8;
       xa[u] = __ldg(sa + row);
       xb[u] = __ldg(sb + row);
-      load8<T>(va + e, a[u]);
-      load8<T>(vb + e, b[u]);
+      load8<T, STREAM>(va + e, a[u]);
+      load8<T, STREAM>(vb + e, b[u]);
     }
   }
 #pragma unroll
@@ -52,13 +52,13 @@ __global__ void __launch_bounds__(256) merge_state_kernel(
     float o[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) o[i] = wa * a[u][i] + wb * b[u][i];
-    store8<T>(vo + e, o);
+    store8<T, STREAM>(vo + e, o);
     if (so != nullptr && cx == 0) so[row] = sm;
   }
 }
 
 // In place: (v, s) <- (v, s) (+) (v_other, s_other); rows whose token has mask == 0 untouched.
-template <typename T, int UNROLL>
+template <typename T, int UNROLL, bool STREAM = false>
 __global__ void __launch_bounds__(256) merge_state_in_place_kernel(
     T* __restrict__ v, float* __restrict__ s, const T* __restrict__ vb,
     const float* __restrict__ sb, const uint8_t* __restrict__ mask, int num_rows, int num_heads) {
@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(256) merge_state_in_place_kernel(
       const int64_t e = (static_cast<int64_t>(row) * tpr + cx) * 8;
       xa[u] = s[row];
       xb[u] = __ldg(sb + row);
-      load8<T>(v + e, a[u]);
-      load8<T>(vb + e, b[u]);
+      load8<T, STREAM>(v + e, a[u]);
+      load8<T, STREAM>(vb + e, b[u]);
     }
   }
   // every thread of a row reads s[row] before its chunk-0 thread (maybe another warp) writes it
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(256) merge_state_in_place_kernel(
     float o[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) o[i] = wa * a[u][i] + wb * b[u][i];
-    store8<T>(v + e, o);
+    store8<T, STREAM>(v + e, o);
     if (cx == 0) s[row] = sm;
   }
 }
