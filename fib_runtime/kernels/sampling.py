@@ -98,14 +98,18 @@ def _default_seed_offset() -> tuple[int, int]:
     return _seed, next(_counter)
 
 
+_Tensor = torch.Tensor
+_int32, _int64, _float32 = torch.int32, torch.int64, torch.float32
+
+
 def _int_arg(v):
     if v is None:
         return None, 0
-    if isinstance(v, torch.Tensor):
+    if type(v) is _Tensor or isinstance(v, _Tensor):
         if v.dim() == 0:
             v = v.reshape(1)
-        if v.dtype not in (torch.int32, torch.int64):
-            v = v.to(torch.int32)
+        if v.dtype is not _int32 and v.dtype is not _int64:
+            v = v.to(_int32)
         return v, 0
     return None, int(v)
 
@@ -113,33 +117,34 @@ def _int_arg(v):
 def _float_arg(v, default):
     if v is None:
         return None, default
-    if isinstance(v, torch.Tensor):
+    if type(v) is _Tensor or isinstance(v, _Tensor):
         if v.dim() == 0:
             v = v.reshape(1)
-        if v.dtype != torch.float32:
-            v = v.to(torch.float32)
+        if v.dtype is not _float32:
+            v = v.to(_float32)
         return v, default
     return None, float(v)
 
 
 def _rng_arg(v):
-    if isinstance(v, torch.Tensor):
+    if type(v) is _Tensor or isinstance(v, _Tensor):
         if v.dim() == 0:
             v = v.reshape(1)
-        if v.dtype != torch.int64:
-            v = v.to(torch.int64)
+        if v.dtype is not _int64:
+            v = v.to(_int64)
         return v, 0
     return None, int(v)
 
 
 def _call(x: torch.Tensor, mode: int, is_logits: bool, top_k=None, top_p=None, min_p=None, temperature=None,
           joint: bool = False, seed=None, offset=None, generator=None, out=None):
-    fn = _sample_fn()
-    if x.dim() == 1:
-        res = _call(x.unsqueeze(0), mode, is_logits, top_k, top_p, min_p, temperature, joint, seed, offset,
-                    generator, None if out is None else out.unsqueeze(0))
-        return res.squeeze(0)
-    if x.stride(-1) != 1:
+    fn = _fn if _fn is not None else _sample_fn()
+    if x.dim() != 2:
+        if x.dim() == 1:
+            res = _call(x.unsqueeze(0), mode, is_logits, top_k, top_p, min_p, temperature, joint, seed, offset,
+                        generator, None if out is None else out.unsqueeze(0))
+            return res.squeeze(0)
+    elif x.stride(1) != 1:
         x = x.contiguous()
     kt, kv = _int_arg(top_k)
     pt, pv = _float_arg(top_p, 1.0)
@@ -156,11 +161,11 @@ def _call(x: torch.Tensor, mode: int, is_logits: bool, top_k=None, top_p=None, m
     ot, ov = _rng_arg(offset)
     if mode == _SAMPLE:
         if out is None:
-            out = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
+            out = torch.empty(x.shape[0], dtype=_int64, device=x.device)
         oi, ovals = out, None
     else:
         if out is None:
-            out = torch.empty(x.shape, dtype=torch.float32 if mode == _RENORM else x.dtype, device=x.device)
+            out = torch.empty(x.shape, dtype=_float32 if mode == _RENORM else x.dtype, device=x.device)
         oi, ovals = None, out
     stream = torch.cuda.current_stream(x.device).cuda_stream if _EXPLICIT_STREAM else -1
     fn(x, oi, ovals, mode, 1 if is_logits else 0, kt, kv, pt, pv, mt, mv, tt, tv, 1 if joint else 0,

@@ -27,9 +27,9 @@ namespace {
 struct DevInfo {
   int sms = 0, major = 0, optin = 0;
   int static_smem[3] = {0, 0, 0};
-  int stream_min_b = 96;  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
+  int stream_min_b = 48;  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
-constexpr size_t kStreamSmem = 2 * fs::kStreamBuf * sizeof(uint64_t);
+constexpr size_t kStreamSmem = fs::kStreamSmemBytes;  // >= the 64 KB the per-row fallback needs
 constexpr int kMaxDev = 64;
 DevInfo g_dev[kMaxDev];
 std::atomic<bool> g_ready[kMaxDev];
@@ -89,7 +89,7 @@ struct Config {
   size_t smem;
 };
 
-constexpr int kHistBytes = 2 * fs::kBins * 8;
+constexpr int kHistBytes = 2 * fs::kHistBufBytes;
 
 Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster) {
   Config c;

@@ -21,6 +21,8 @@
 #pragma once
 #include "fib/sampling/common.cuh"
 
+#include <type_traits>
+
 namespace fib {
 namespace sampling {
 
@@ -48,6 +50,32 @@ struct Params {
   int seed_per_row, offset_per_row;
 };
 
+constexpr int kHistBufWords = 4 * kBins;           // one histogram buffer: 4 planes of u32
+constexpr int kHistBufBytes = kHistBufWords * 4;  // 32 KB (also holds 2048 u64 candidates)
+// Mass histogram: a u64 weight (< 2^45) is added as four 12-bit limbs into four u32 planes, so
+// every update is a native shared-memory atomic and per-bin sums stay exact (< 2^32 per plane up
+// to 2^20 tokens per CTA).
+struct Mass {};
+__device__ __forceinline__ uint64_t mass_at(const uint32_t* m, int b) {
+  return static_cast<uint64_t>(m[b]) + (static_cast<uint64_t>(m[b + kBins]) << 12) +
+         (static_cast<uint64_t>(m[b + 2 * kBins]) << 24) + (static_cast<uint64_t>(m[b + 3 * kBins]) << 36);
+}
+__device__ __forceinline__ void mass_add(uint32_t* m, int b, uint64_t w) {
+  const uint32_t l0 = static_cast<uint32_t>(w) & 0xfffu, l1 = static_cast<uint32_t>(w >> 12) & 0xfffu;
+  const uint32_t l2 = static_cast<uint32_t>(w >> 24) & 0xfffu, l3 = static_cast<uint32_t>(w >> 36);
+  if (l0) atomicAdd(&m[b], l0);
+  if (l1) atomicAdd(&m[b + kBins], l1);
+  if (l2) atomicAdd(&m[b + 2 * kBins], l2);
+  if (l3) atomicAdd(&m[b + 3 * kBins], l3);
+}
+template <class T>
+__device__ __forceinline__ uint64_t hist_at(const T* buf, int b) {
+  if constexpr (std::is_same<T, Mass>::value) {
+    return mass_at(reinterpret_cast<const uint32_t*>(buf), b);
+  } else {
+    return static_cast<uint64_t>(buf[b]);
+  }
+}
 constexpr int kGroups = kBins / 32;  // 64 coarse groups of 32 bins
 constexpr int kCand = kBins;         // candidate path: at most 2048 kept tokens (fits one hist buffer)
 
@@ -59,7 +87,7 @@ __device__ __forceinline__ void build_coarse(const T* buf, uint64_t* csum) {
 #pragma unroll
   for (int q = 0; q < kGroups / kWarps; ++q) {
     const int g = wid * (kGroups / kWarps) + q;
-    uint64_t v = static_cast<uint64_t>(buf[g * 32 + lane]);
+    uint64_t v = hist_at(buf, g * 32 + lane);
     v = warp_sum_u64(v);
     if (lane == 0) csum[g] = v;
   }
@@ -110,7 +138,7 @@ __device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint3
     uint64_t v = 0;
 #pragma unroll
     for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r)
-      if (r < S) v += static_cast<uint64_t>(cl_remote(buf, r)[bin]);
+      if (r < S) v += hist_at(cl_remote(buf, r), bin);
     const uint64_t sx = warp_incl_suffix_u64(v, lane);
     const uint64_t above = *sh_gabove + sx - v;
     if (v > 0 && above < target && target <= above + v) {
@@ -216,8 +244,10 @@ __device__ __forceinline__ void finish_sorted(const Params& p, const uint64_t* G
 template <int DT>
 __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, const int row, const uint32_t rank,
                                            const uint32_t S, const int chunk, const bool resident) {
-  uint64_t* hist = reinterpret_cast<uint64_t*>(dsm);  // [2][kBins]; count passes use the low half as u32
-  uint32_t* skeys = reinterpret_cast<uint32_t*>(dsm + 2 * kBins * sizeof(uint64_t));
+  // two histogram buffers of kHistBufBytes, then the resident keys
+  auto hbuf = [&](int b) { return reinterpret_cast<uint64_t*>(dsm + (b & 1) * kHistBufBytes); };
+  uint64_t* hist = hbuf(0);
+  uint32_t* skeys = reinterpret_cast<uint32_t*>(dsm + 2 * kHistBufBytes);
   __shared__ uint64_t sh_scratch[kWarps];
   __shared__ uint64_t sh_wsum[kWarps];
   __shared__ uint64_t sh_slot[4];
@@ -368,12 +398,90 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     cluster_select(cnt0, sh_csum[0], S, static_cast<uint64_t>(k), &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp,
                    &sh_gabove);
     const uint32_t L = sh_b >= 0 ? (static_cast<uint32_t>(sh_b) << 21) : 0u;
+    // ---- 2a. direct candidates: when at most 2048 tokens of the row lie at or above L (the usual
+    // case for k up to a few hundred), gather them into rank 0 and select exactly there (sorted by
+    // value desc, index asc: the top k of that order are the top-k with the lower-index tie rule).
+    if (p.mode == kSample && k <= kCand && L > 0 && wc.kind != 3) {
+      uint64_t* list = hbuf(1);  // buffer 1: not used yet
+      if (tid == 0) sh_cnt = 0;
+      __syncthreads();
+      const bool need_all = use_p && p.joint;
+      uint64_t wall = 0;
+      for (int i = tid; i < n; i += kThreads) {
+        const uint32_t key = FIB_KEY(i);
+        if (need_all) wall += weight_of(key, wc);
+        if (key >= L) {
+          const int pos = atomicAdd(&sh_cnt, 1);
+          if (pos < kCand)
+            list[pos] = (static_cast<uint64_t>(key) << 32) | (0xffffffffu - static_cast<uint32_t>(start + i));
+        }
+      }
+      if (need_all) {
+        wall = warp_sum_u64(wall);
+        if (lane == 0) sh_wsum[wid] = wall;
+      }
+      __syncthreads();
+      if (tid == 0) {
+        uint64_t w = 0;
+        if (need_all)
+          for (int q = 0; q < kWarps; ++q) w += sh_wsum[q];
+        sh_slot[1] = w;
+        sh_slot[3] = static_cast<uint64_t>(sh_cnt);
+      }
+      cl_sync();
+      if (tid < static_cast<int>(S)) {
+        sh_gather[tid] = *cl_remote(&sh_slot[3], tid);
+        sh_wsum[tid] = *cl_remote(&sh_slot[1], tid);
+      }
+      __syncthreads();
+      uint64_t total_c = 0, wall_tot = 0;
+      for (uint32_t r = 0; r < S; ++r) {
+        total_c += sh_gather[r];
+        wall_tot += sh_wsum[r];
+      }
+      if (total_c <= static_cast<uint64_t>(kCand)) {  // cluster-uniform decision
+        if (rank == 0) {
+          uint64_t* G = hist;  // buffer 0: its last remote readers passed the barrier above
+          int nc = 0;
+          for (uint32_t r = 0; r < S; ++r) {
+            const int c = static_cast<int>(sh_gather[r]);
+            const uint64_t* rl = cl_remote(list, r);
+            for (int j = tid; j < c; j += kThreads) G[nc + j] = rl[j];
+            nc += c;
+          }
+          int P = 32;
+          while (P < nc) P <<= 1;
+          for (int j = nc + tid; j < P; j += kThreads) G[j] = 0ull;
+          __syncthreads();
+          cl_arrive();
+          bitonic_sort_desc(G, P);
+          int nk = nc < k ? nc : k;
+          if (use_m) {
+            const float t = logits ? (wc.kind == 0 ? __fadd_rn(mval, __fmul_rn(T, logf(mp))) : mval) : __fmul_rn(mp, mval);
+            const uint32_t tk = f2key(t);
+            int c = 0;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const int j = 4 * tid + q;
+              c += __syncthreads_count(j < nk && static_cast<uint32_t>(G[j] >> 32) >= tk);
+            }
+            nk = c < 1 ? 1 : c;
+          }
+          finish_sorted(p, G, nk, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch,
+                        &sh_above);
+        } else {
+          cl_arrive();
+        }
+        cl_wait();
+        return;
+      }
+    }
     uint32_t prefix = 0, mask = 0;
     uint64_t rem = static_cast<uint64_t>(k);
     for (int pass = 0; pass < 3; ++pass) {
       const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
       const uint32_t dmask = pass == 2 ? 0x3ffu : 0x7ffu;
-      uint32_t* cnt = reinterpret_cast<uint32_t*>(hist + (stage & 1) * kBins);
+      uint32_t* cnt = reinterpret_cast<uint32_t*>(hbuf(stage));
       uint64_t* cs = sh_csum[stage & 1];
       ++stage;
       for (int b = tid; b < kBins; b += kThreads) cnt[b] = 0u;
@@ -446,8 +554,8 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   // ---- 4a. candidate path (sampling with top-k <= 2048): gather the kept tokens into rank 0,
   // sort them (value desc, index asc), exact top-p on the sorted prefix sums, inverse-CDF draw.
   if (p.mode == kSample && use_k && k <= kCand && wc.kind != 3) {
-    uint64_t* list = hist + (stage & 1) * kBins;   // free: last used two barriers ago
-    uint64_t* G = hist + ((stage + 1) & 1) * kBins;  // free after the next barrier
+    uint64_t* list = hbuf(stage);   // free: last used two barriers ago
+    uint64_t* G = hbuf(stage + 1);  // free after the next barrier
     if (tid == 0) sh_cnt = 0;
     __syncthreads();
     const bool need_all = use_p && p.joint;
@@ -512,10 +620,11 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     for (int pass = 0; pass < 3 && ok; ++pass) {
       const int shift = pass == 0 ? 21 : (pass == 1 ? 10 : 0);
       const uint32_t dmask = pass == 2 ? 0x3ffu : 0x7ffu;
-      uint64_t* ms = hist + (stage & 1) * kBins;
+      uint32_t* ms = reinterpret_cast<uint32_t*>(hbuf(stage));
+      Mass* msv = reinterpret_cast<Mass*>(ms);
       uint64_t* cs = sh_csum[stage & 1];
       ++stage;
-      for (int b = tid; b < kBins; b += kThreads) ms[b] = 0ull;
+      for (int b = tid; b < kHistBufWords; b += kThreads) ms[b] = 0u;
       __syncthreads();
       uint64_t wall = 0;
       const bool all_pass = (pass == 0 && p.joint);
@@ -525,10 +634,10 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         if (all_pass) {
           uint64_t w = weight_of(key, wc);
           wall += w;
-          if (kp && w) atomicAdd(reinterpret_cast<unsigned long long*>(&ms[key >> 21]), static_cast<unsigned long long>(w));
+          if (kp && w) mass_add(ms, static_cast<int>(key >> 21), w);
         } else if (kp && (key & mask) == prefix) {
           uint64_t w = weight_of(key, wc);
-          if (w) atomicAdd(reinterpret_cast<unsigned long long*>(&ms[(key >> shift) & dmask]), static_cast<unsigned long long>(w));
+          if (w) mass_add(ms, static_cast<int>((key >> shift) & dmask), w);
         }
       }
       if (all_pass) {
@@ -542,7 +651,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         }
       }
       __syncthreads();
-      build_coarse(ms, cs);
+      build_coarse(msv, cs);
       cl_sync();
       if (pass == 0) {
         uint64_t base = 0;
@@ -568,7 +677,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
           break;
         }
       }
-      cluster_select(ms, cs, S, target - H, &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp, &sh_gabove);
+      cluster_select(msv, cs, S, target - H, &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp, &sh_gabove);
       const int b = sh_b;
       if (b < 0) {  // the whole region is within the nucleus (only through rounding): keep it
         ok = false;

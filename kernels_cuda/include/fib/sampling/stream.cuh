@@ -18,7 +18,8 @@ namespace sampling {
 constexpr int kTile = kThreads * 4;     // 2048 tokens per tile
 constexpr int kStreamBuf = 3 * kTile;   // 6144 candidates
 constexpr int kStreamTrigger = kStreamBuf - kTile;
-constexpr int kPrefetch = 4;            // tiles in flight per thread
+constexpr int kRing = 6;                // tiles in flight per thread (cp.async ring in shared memory)
+constexpr size_t kStreamSmemBytes = kStreamBuf * sizeof(uint64_t) + static_cast<size_t>(kRing) * kThreads * 16;
 
 // Exact k-th largest (as a lower bound prefix tau with #{a >= tau} == k) of n unique u64 values.
 __device__ __forceinline__ uint64_t select_kth_u64(const uint64_t* a, int n, int k, uint32_t* hist,
@@ -101,12 +102,13 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
   mp = fminf(mp, 1.0f);
   const bool joint = p.joint != 0 && use_p;
   const float scale = logits ? __fdiv_rn(1.4426950408889634f, T) : 1.0f;
+  const int step = (k <= 1024) ? 2 : 1;
 
-  uint64_t* bufA = reinterpret_cast<uint64_t*>(dsm);
-  uint64_t* bufB = bufA + kStreamBuf;
+  uint64_t* buf = reinterpret_cast<uint64_t*>(dsm);                        // [kStreamBuf]
+  unsigned char* ring = dsm + kStreamBuf * sizeof(uint64_t);               // [kRing][kThreads] x 16 B
   __shared__ uint32_t s_hist[256];
   __shared__ uint64_t s_scratch[kWarps];
-  __shared__ int s_cnt, s_b, s_nc;
+  __shared__ int s_cnt, s_b;
   __shared__ uint32_t s_ca[2];
   __shared__ uint64_t s_tau, s_tot;
   __shared__ double s_wsum[kWarps];
@@ -121,20 +123,45 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
   const char* in_row = reinterpret_cast<const char*>(p.in) + static_cast<int64_t>(row) * p.in_stride * ESIZE;
   const bool vec_ok = (reinterpret_cast<uintptr_t>(in_row) & (4 * ESIZE - 1)) == 0;
   const int ntiles = (V + kTile - 1) / kTile;
-  uint64_t* buf = bufA;
-  uint64_t* other = bufB;
   uint64_t tau = 0ull;
   // joint: per-thread online (max, sum of exp2((x - max) * scale)) / probs: plain sum
   float om = -INFINITY, os = 0.0f;
 
-  auto load_tile = [&](int tile, float (&x)[4]) {
+  // cp.async ring: each thread copies (and later reads back) only its own 4 tokens of a tile, so
+  // no barrier is needed for the data and copies stay in flight across the per-tile barriers.
+  auto issue = [&](int tile) {
+    if (tile < ntiles) {
+      const int i0 = tile * kTile + tid * 4;
+      int nb = (V - i0) * ESIZE;
+      nb = nb < 0 ? 0 : (nb > 4 * ESIZE ? 4 * ESIZE : nb);
+      const char* src = nb > 0 ? in_row + static_cast<int64_t>(i0) * ESIZE : in_row;
+      const uint32_t dst = static_cast<uint32_t>(
+          __cvta_generic_to_shared(ring + (static_cast<size_t>(tile % kRing) * kThreads + tid) * 16));
+      if constexpr (ESIZE == 4) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(nb) : "memory");
+      } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(nb) : "memory");
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+  if (vec_ok) {
+#pragma unroll
+    for (int q = 0; q < kRing - 1; ++q) issue(q);
+  }
+
+  for (int tile = 0; tile < ntiles; ++tile) {
+    float x[4];
     const int i0 = tile * kTile + tid * 4;
-    if (vec_ok && i0 + 3 < V) {
+    if (vec_ok) {
+      issue(tile + kRing - 1);
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(kRing - 1) : "memory");
+      const unsigned char* slot = ring + (static_cast<size_t>(tile % kRing) * kThreads + tid) * 16;
       if constexpr (DT == kF32) {
-        float4 f = __ldcs(reinterpret_cast<const float4*>(in_row) + (i0 >> 2));
+        const float4 f = *reinterpret_cast<const float4*>(slot);
         x[0] = f.x; x[1] = f.y; x[2] = f.z; x[3] = f.w;
       } else {
-        uint2 u = __ldcs(reinterpret_cast<const uint2*>(in_row) + (i0 >> 2));
+        const uint2 u = *reinterpret_cast<const uint2*>(slot);
         const uint32_t w2[2] = {u.x, u.y};
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -151,77 +178,76 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) x[j] = (i0 + j < V) ? load_elem<DT>(in_row, i0 + j) : NAN;
     }
-  };
-
-  float ring[kPrefetch][4];
+    uint64_t cc[4];
+    bool pass[4];
+    bool anyp = false;
 #pragma unroll
-  for (int q = 0; q < kPrefetch; ++q)
-    if (q < ntiles) load_tile(q, ring[q]);
-
-  for (int t0 = 0; t0 < ntiles; t0 += kPrefetch) {
-#pragma unroll
-    for (int q = 0; q < kPrefetch; ++q) {
-      const int tile = t0 + q;
-      if (tile < ntiles) {
-        float x[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) x[j] = ring[q][j];
-        if (tile + kPrefetch < ntiles) load_tile(tile + kPrefetch, ring[q]);
-        const int i0 = tile * kTile + tid * 4;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int i = i0 + j;
-          const bool valid = i < V;
-          const float v = sanitize(x[j], logits);
-          if (joint && valid) {
-            if (logits) {
-              if (v > om) {
-                os = os * exp2f(__fmul_rn(__fsub_rn(om, v), scale)) + 1.0f;
-                om = v;
-              } else {
-                os += exp2f(__fmul_rn(__fsub_rn(v, om), scale));
-              }
-            } else {
-              os += v;
-            }
+    for (int j = 0; j < 4; ++j) {
+      const int i = i0 + j;
+      const bool valid = i < V;
+      const float v = sanitize(x[j], logits);
+      if (joint && valid) {
+        if (logits) {
+          if (v > om) {
+            os = os * exp2f(__fmul_rn(__fsub_rn(om, v), scale)) + 1.0f;
+            om = v;
+          } else {
+            os += exp2f(__fmul_rn(__fsub_rn(v, om), scale));
           }
-          const uint64_t c = (static_cast<uint64_t>(f2key(v)) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
-          const bool pass = valid && c >= tau;
-          const unsigned m = __ballot_sync(0xffffffffu, pass);
-          if (m) {
-            int base = 0;
-            if (lane == __ffs(m) - 1) base = atomicAdd(&s_cnt, __popc(m));
-            base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
-            if (pass) buf[base + __popc(m & ((1u << lane) - 1u))] = c;
-          }
+        } else {
+          os += v;
         }
-        __syncthreads();
-        const int cnt = s_cnt;
-        if (cnt > kStreamTrigger || (tile == ntiles - 1 && cnt > k)) {
-          const uint64_t nt = select_kth_u64(buf, cnt, k, s_hist, s_scratch, &s_b, s_ca);
-          if (tid == 0) s_cnt = 0;
-          __syncthreads();
-          for (int i0 = 0; i0 < cnt; i0 += kThreads) {
-            const int i = i0 + tid;
-            const bool keep = i < cnt && buf[i] >= nt;
-            const unsigned m = __ballot_sync(0xffffffffu, keep);
-            if (m) {
-              int base = 0;
-              if (lane == __ffs(m) - 1) base = atomicAdd(&s_cnt, __popc(m));
-              base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
-              if (keep) other[base + __popc(m & ((1u << lane) - 1u))] = buf[i];
-            }
-          }
-          uint64_t* tmp = buf;
-          buf = other;
-          other = tmp;
-          if (tid == 0) s_tau = nt;
-          __syncthreads();
+      }
+      cc[j] = (static_cast<uint64_t>(f2key(v)) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
+      pass[j] = valid && cc[j] >= tau;
+      anyp |= pass[j];
+    }
+    if (__any_sync(0xffffffffu, anyp)) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const unsigned m = __ballot_sync(0xffffffffu, pass[j]);
+        if (m) {
+          int base = 0;
+          if (lane == __ffs(m) - 1) base = atomicAdd(&s_cnt, __popc(m));
+          base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
+          if (pass[j]) buf[base + __popc(m & ((1u << lane) - 1u))] = cc[j];
         }
-        tau = s_tau;
       }
     }
+    // synchronise every `step` tiles (2 when k <= 1024: the buffer has room for two tiles)
+    if (((tile + 1) % step) != 0 && tile != ntiles - 1) continue;
+    __syncthreads();
+    const int cnt = s_cnt;
+    if (cnt > kStreamBuf - step * kTile || (tile == ntiles - 1 && cnt > k)) {
+      const uint64_t nt = select_kth_u64(buf, cnt, k, s_hist, s_scratch, &s_b, s_ca);
+      // in-place compaction: stage this thread's entries in registers first
+      uint64_t e[kStreamBuf / kThreads];
+#pragma unroll
+      for (int r = 0; r < kStreamBuf / kThreads; ++r) {
+        const int i = tid + r * kThreads;
+        e[r] = (i < cnt) ? buf[i] : 0ull;
+      }
+      __syncthreads();
+      if (tid == 0) s_cnt = 0;
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < kStreamBuf / kThreads; ++r) {
+        const int i = tid + r * kThreads;
+        const bool keep = i < cnt && e[r] >= nt;
+        const unsigned m = __ballot_sync(0xffffffffu, keep);
+        if (m) {
+          int base = 0;
+          if (lane == __ffs(m) - 1) base = atomicAdd(&s_cnt, __popc(m));
+          base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
+          if (keep) buf[base + __popc(m & ((1u << lane) - 1u))] = e[r];
+        }
+      }
+      if (tid == 0) s_tau = nt;
+      __syncthreads();
+    }
+    tau = s_tau;
   }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
   // buf[0..k) hold the top-k (exactly k: V > k); sort them
   const int nc0 = s_cnt;
   int P = 32;
