@@ -68,7 +68,9 @@ def _cascade_problem(B, P, S, Hq=32, Hkv=8, D=128, ps=16, dev="cuda"):
     return q, k, v, levels
 
 
-def record(ds_root: str, quick: bool, dev: str = "cuda", vocabs=None) -> dict:
+def record(ds_root: str, quick: bool, dev: str = "cuda", vocabs=None, tiny: bool = False) -> dict:
+    """The traced run (module docstring). ``dev``/``vocabs``/``tiny``: CPU rehearsal with a fake
+    FlashInfer (tests/test_bench_gpu_script.py)."""
     os.environ["FIB_ENABLE_TRACING"] = "1"
     os.environ["FIB_ENABLE_APPLY"] = "0"
     os.environ["FIB_TRACE_PATH"] = ds_root
@@ -91,7 +93,7 @@ def record(ds_root: str, quick: bool, dev: str = "cuda", vocabs=None) -> dict:
     import flashinfer.sampling as fs
 
     vocabs = vocabs or ([128256] if quick else [128256, 151936])
-    batches = [1, 64, 512] if quick else [1, 16, 64, 256, 512]
+    batches = [1, 7] if tiny else [1, 64, 512] if quick else [1, 16, 64, 256, 512]
     calls = []  # (definition dict, inputs) for the direct fallback
     for V in vocabs:
         for kind, args in _sampling_calls(V, batches, dev):
@@ -100,7 +102,7 @@ def record(ds_root: str, quick: bool, dev: str = "cuda", vocabs=None) -> dict:
                 getattr(fs, kind)(*args)
             except Exception as e:  # noqa: BLE001
                 info["errors"].append(f"flashinfer.sampling.{kind}(V={V}): {type(e).__name__}: {e}"[:300])
-    for L in ([1, 128, 2048] if quick else [1, 16, 128, 1024, 8192]):
+    for L in ([1, 16] if tiny else [1, 128, 2048] if quick else [1, 16, 128, 1024, 8192]):
         va, vb = (torch.randn(L, 32, 128, device=dev, dtype=torch.bfloat16) for _ in range(2))
         sa, sb = (torch.randn(L, 32, device=dev, dtype=torch.float32) * 4 for _ in range(2))
         calls.append((cdefs.generate("merge_state_h32_d128"), (va, sa, vb, sb)))
@@ -109,7 +111,7 @@ def record(ds_root: str, quick: bool, dev: str = "cuda", vocabs=None) -> dict:
         except Exception as e:  # noqa: BLE001
             info["errors"].append(f"merge_state(L={L}): {type(e).__name__}: {e}"[:300])
     ws = torch.empty(128 << 20, dtype=torch.uint8, device=dev)
-    for B, P, S in ([(16, 4096, 256), (128, 8192, 512)] if quick else
+    for B, P, S in ([(2, 64, 32)] if tiny else [(16, 4096, 256), (128, 8192, 512)] if quick else
                     [(1, 4096, 128), (16, 4096, 256), (64, 8192, 512), (256, 16384, 512)]):
         q, k, v, lv = _cascade_problem(B, P, S, dev=dev)
         sm = 1.0 / math.sqrt(128)
@@ -145,6 +147,12 @@ def record(ds_root: str, quick: bool, dev: str = "cuda", vocabs=None) -> dict:
             info["errors"].append(f"direct record {d['name']}: {type(e).__name__}: {e}"[:300])
     tracer.flush()
     tracer.disable()
+    try:
+        from fib_runtime.adapters import flashinfer as fia
+
+        fia.uninstrument()
+    except Exception:  # noqa: BLE001
+        pass
     ds = Dataset.open(ds_root)
     info["tracer_stats_after_adapter"] = stats_adapter
     info["direct"] = sorted(set(info["direct"]))
