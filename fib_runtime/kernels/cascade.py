@@ -292,6 +292,12 @@ def plan_level(
     )
 
 
+def _work_info(pl: LevelPlan, qo_indptr: Sequence[int], kv_indptr: Sequence[int]) -> List[List[int]]:
+    """Per work item: qo_start, qo_len, first page slot, kv_len, first row, 0, 0, 0 (int32)."""
+    return [[int(qo_indptr[g]), pl.qo_lens[g], int(kv_indptr[g]), pl.kv_lens[g], r0, 0, 0, 0]
+            for g, r0 in zip(pl.work_group, pl.work_row)]
+
+
 def _to_host_list(t) -> List[int]:
     if hasattr(t, "tolist"):
         if hasattr(t, "device") and getattr(t.device, "type", "cpu") != "cpu":
@@ -454,8 +460,7 @@ class MultiLevelCascadeAttentionWrapper:
                 torch.zeros(1, dtype=torch.int32, device=device),
                 last_page_len=dev_i32(paged_kv_last_page_len[lvl], bufs[3]) if len(lp_h) > 0 else
                 torch.ones(1, dtype=torch.int32, device=device),
-                work_group=torch.tensor(pl.work_group or [0], dtype=torch.int32).to(device),
-                work_row=torch.tensor(pl.work_row or [0], dtype=torch.int32).to(device),
+                work_info=torch.tensor(_work_info(pl, qo_h, kv_h) or [[0] * 8], dtype=torch.int32).to(device),
             ))
         # workspace slots: every level but a fused last level writes num_splits slots
         slot_base, slots = [], 0
@@ -553,7 +558,7 @@ class MultiLevelCascadeAttentionWrapper:
         fused = last and self._slot_base[lvl] < 0
         _lib().cascade_level(
             q, k, v, d["qo_indptr"], d["kv_indptr"], d["kv_indices"], d["last_page_len"],
-            d["work_group"], d["work_row"], pl.tile_rows, pl.num_splits, pl.kv_chunk,
+            d["work_info"], pl.tile_rows, pl.num_splits, pl.kv_chunk,
             pl.stages_alloc, bool(self._causal and last), self._sm_scale, self._ws_o,
             self._ws_lse, max(0, self._slot_base[lvl]), self._num_slots if fused else 0,
             fused, out, lse if fused else None)

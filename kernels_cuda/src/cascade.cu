@@ -56,17 +56,18 @@ void check_launch(const char* what) {
 }
 
 // merge kernel variant: 0 = 2 rows/thread, 1 = 4 rows/thread, 2 = 2 rows + streaming cache hints,
-// 3 = 4 rows + streaming hints, 4 = 1 row/thread. Default chosen from H200 measurements.
-int g_merge_variant = 3;
+// 3 = 4 rows + streaming hints, 4 = 1 row/thread, 5 = 1 row + streaming hints, 6 = 1 row, 512-thread
+// blocks. Default: 4 (H200, 2026-12-01: 1 row/thread beat 2 and 4 rows; see benchmarks/results).
+int g_merge_variant = 4;
 
-template <typename T, int U, bool ST>
+template <typename T, int U, bool ST, bool BIG = false>
 void launch_merge_state_u(const TensorView& va, const TensorView& sa, const TensorView& vb,
                           const TensorView& sb, const TensorView& vo, const TensorView& so,
                           cudaStream_t st) {
   int64_t rows = va.size(0) * va.size(1);
   int tpr = static_cast<int>(va.size(2) / 8);
   if (rows == 0 || tpr == 0) return;
-  int rpb = 256 / tpr;
+  int rpb = (BIG && tpr <= 64 ? 512 : 256) / tpr;
   int64_t blocks = (rows + rpb * U - 1) / (rpb * U);
   merge_state_kernel<T, U, ST><<<static_cast<unsigned>(blocks), dim3(tpr, rpb), 0, st>>>(
       static_cast<const T*>(va.data_ptr()), static_cast<const float*>(sa.data_ptr()),
@@ -83,8 +84,10 @@ void launch_merge_state(const TensorView& va, const TensorView& sa, const Tensor
     case 0: return launch_merge_state_u<T, 2, false>(va, sa, vb, sb, vo, so, st);
     case 1: return launch_merge_state_u<T, 4, false>(va, sa, vb, sb, vo, so, st);
     case 2: return launch_merge_state_u<T, 2, true>(va, sa, vb, sb, vo, so, st);
-    case 4: return launch_merge_state_u<T, 1, false>(va, sa, vb, sb, vo, so, st);
-    default: return launch_merge_state_u<T, 4, true>(va, sa, vb, sb, vo, so, st);
+    case 3: return launch_merge_state_u<T, 4, true>(va, sa, vb, sb, vo, so, st);
+    case 5: return launch_merge_state_u<T, 1, true>(va, sa, vb, sb, vo, so, st);
+    case 6: return launch_merge_state_u<T, 1, false, true>(va, sa, vb, sb, vo, so, st);
+    default: return launch_merge_state_u<T, 1, false>(va, sa, vb, sb, vo, so, st);
   }
 }
 
@@ -118,13 +121,13 @@ void merge_state(TensorView v_a, TensorView s_a, TensorView v_b, TensorView s_b,
     TVM_FFI_THROW(TypeError) << "merge_state: v must be float16 or bfloat16";
 }
 
-template <typename T, int U, bool ST>
+template <typename T, int U, bool ST, bool BIG = false>
 void launch_merge_in_place_u(const TensorView& v, const TensorView& s, const TensorView& vb,
                              const TensorView& sb, const uint8_t* mask, cudaStream_t st) {
   int64_t rows = v.size(0) * v.size(1);
   int tpr = static_cast<int>(v.size(2) / 8);
   if (rows == 0 || tpr == 0) return;
-  int rpb = 256 / tpr;
+  int rpb = (BIG && tpr <= 64 ? 512 : 256) / tpr;
   int64_t blocks = (rows + rpb * U - 1) / (rpb * U);
   merge_state_in_place_kernel<T, U, ST><<<static_cast<unsigned>(blocks), dim3(tpr, rpb), 0, st>>>(
       static_cast<T*>(v.data_ptr()), static_cast<float*>(s.data_ptr()),
@@ -140,8 +143,10 @@ void launch_merge_in_place(const TensorView& v, const TensorView& s, const Tenso
     case 0: return launch_merge_in_place_u<T, 2, false>(v, s, vb, sb, mask, st);
     case 1: return launch_merge_in_place_u<T, 4, false>(v, s, vb, sb, mask, st);
     case 2: return launch_merge_in_place_u<T, 2, true>(v, s, vb, sb, mask, st);
-    case 4: return launch_merge_in_place_u<T, 1, false>(v, s, vb, sb, mask, st);
-    default: return launch_merge_in_place_u<T, 4, true>(v, s, vb, sb, mask, st);
+    case 3: return launch_merge_in_place_u<T, 4, true>(v, s, vb, sb, mask, st);
+    case 5: return launch_merge_in_place_u<T, 1, true>(v, s, vb, sb, mask, st);
+    case 6: return launch_merge_in_place_u<T, 1, false, true>(v, s, vb, sb, mask, st);
+    default: return launch_merge_in_place_u<T, 1, false>(v, s, vb, sb, mask, st);
   }
 }
 
@@ -293,7 +298,7 @@ void dispatch_d(int d, int tile_rows, const LevelParams& p, dim3 grid, int stage
 
 void cascade_level(TensorView q, TensorView k, TensorView v, TensorView qo_indptr,
                    TensorView kv_indptr, TensorView kv_indices, TensorView last_page_len,
-                   TensorView work_group, TensorView work_row, int64_t tile_rows,
+                   TensorView work_info, int64_t tile_rows,
                    int64_t num_splits, int64_t kv_chunk, int64_t stages_alloc, bool causal,
                    double sm_scale, TensorView ws_o, TensorView ws_lse, int64_t slot_base,
                    int64_t num_prev_slots, bool final_mode, TensorView out,
@@ -326,8 +331,10 @@ void cascade_level(TensorView q, TensorView k, TensorView v, TensorView qo_indpt
   p.kv_indptr = static_cast<const int32_t*>(kv_indptr.data_ptr());
   p.kv_indices = static_cast<const int32_t*>(kv_indices.data_ptr());
   p.last_page_len = static_cast<const int32_t*>(last_page_len.data_ptr());
-  p.work_group = static_cast<const int32_t*>(work_group.data_ptr());
-  p.work_row = static_cast<const int32_t*>(work_row.data_ptr());
+  TVM_FFI_ICHECK(work_info.ndim() == 2 && work_info.size(1) == 8 && is_contig(work_info) &&
+                 work_info.dtype().bits == 32)
+      << "cascade_level: work_info must be a contiguous int32 [items, 8] tensor";
+  p.work_info = static_cast<const int32_t*>(work_info.data_ptr());
   p.num_qo_heads = static_cast<int>(Hq);
   p.group_size = static_cast<int>(Hq / Hkv);
   p.page_size = static_cast<int>(k.size(1));
@@ -344,7 +351,7 @@ void cascade_level(TensorView q, TensorView k, TensorView v, TensorView qo_indpt
   p.lse = lse.has_value() ? static_cast<float*>(lse.value().data_ptr()) : nullptr;
   p.o_stride_n = out.stride(0);
   p.o_stride_h = out.stride(1);
-  int64_t n_items = work_group.size(0);
+  int64_t n_items = work_info.size(0);
   if (n_items == 0 || num_splits == 0) return;
   TVM_FFI_ICHECK(kv_chunk > 0 && kv_chunk % 64 == 0) << "cascade_level: kv_chunk % 64 != 0";
   dim3 grid(static_cast<unsigned>(n_items), static_cast<unsigned>(Hkv),
@@ -411,7 +418,7 @@ int64_t max_stages(int64_t head_dim, int64_t tile_rows) {
 
 int64_t set_merge_variant(int64_t v) {
   int old = g_merge_variant;
-  if (v >= 0 && v <= 4) g_merge_variant = static_cast<int>(v);
+  if (v >= 0 && v <= 6) g_merge_variant = static_cast<int>(v);
   return old;
 }
 

@@ -30,8 +30,9 @@ struct LevelParams {
   const int32_t* kv_indptr;
   const int32_t* kv_indices;
   const int32_t* last_page_len;
-  const int32_t* work_group;  // per work item: group id
-  const int32_t* work_row;    // per work item: first packed row of the tile inside the group
+  // per work item, 8 int32 (planned on the host, one dependent load): qo_start, qo_len,
+  // first page slot (kv_indptr[g]), kv_len, first packed row of the tile, 3 unused
+  const int32_t* work_info;
   int num_qo_heads, group_size, page_size;
   float sm_scale_log2;
   int causal;
@@ -96,15 +97,15 @@ __global__ void __launch_bounds__(32 * WM * WK, (WM == 1 && D <= 128) ? 4 : 2)
   const int wm = warp / WK, wk = warp % WK;
 
   const int item = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
-  const int g = p.work_group[item];
-  const int row0 = p.work_row[item];
+  const int4 wi0 = __ldg(reinterpret_cast<const int4*>(p.work_info) + 2 * item);
+  const int4 wi1 = __ldg(reinterpret_cast<const int4*>(p.work_info) + 2 * item + 1);
   const int G = p.group_size;
-  const int qo_start = p.qo_indptr[g];
-  const int qo_len = p.qo_indptr[g + 1] - qo_start;
+  const int qo_start = wi0.x;
+  const int qo_len = wi0.y;
   const int nrows = qo_len * G;
-  const int pg_start = p.kv_indptr[g];
-  const int npages = p.kv_indptr[g + 1] - pg_start;
-  const int kv_len = npages > 0 ? (npages - 1) * p.page_size + p.last_page_len[g] : 0;
+  const int pg_start = wi0.z;
+  const int kv_len = wi0.w;
+  const int row0 = wi1.x;
 
   int k_begin = split * p.kv_chunk;
   int k_end = min(kv_len, k_begin + p.kv_chunk);

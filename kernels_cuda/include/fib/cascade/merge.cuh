@@ -26,7 +26,7 @@ __device__ __forceinline__ void merge2_weights(float sa, float sb, float& wa, fl
 // row (one 16-byte vector each) and rpb rows per block; each thread handles UNROLL rows
 // (row = (blockIdx.x * UNROLL + u) * rpb + threadIdx.y), all loads issued before any math.
 template <typename T, int UNROLL, bool STREAM = false>
-__global__ void __launch_bounds__(256) merge_state_kernel(
+__global__ void __launch_bounds__(512) merge_state_kernel(
     const T* __restrict__ va, const float* __restrict__ sa, const T* __restrict__ vb,
     const float* __restrict__ sb, T* __restrict__ vo, float* __restrict__ so, int num_rows) {
   const int tpr = blockDim.x, rpb = blockDim.y, cx = threadIdx.x;
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(256) merge_state_kernel(
 
 // In place: (v, s) <- (v, s) (+) (v_other, s_other); rows whose token has mask == 0 untouched.
 template <typename T, int UNROLL, bool STREAM = false>
-__global__ void __launch_bounds__(256) merge_state_in_place_kernel(
+__global__ void __launch_bounds__(512) merge_state_in_place_kernel(
     T* __restrict__ v, float* __restrict__ s, const T* __restrict__ vb,
     const float* __restrict__ sb, const uint8_t* __restrict__ mask, int num_rows, int num_heads) {
   const int tpr = blockDim.x, rpb = blockDim.y, cx = threadIdx.x;
