@@ -153,3 +153,12 @@ def test_flashinfer_bench_results_round_trip(bench_results, tmp_path):
     for s in ds.solutions.values():
         ds.add_solution(s)
     assert {p: p.read_bytes() for p in before} == before
+
+
+def test_equality_is_content_not_key_order():
+    raw = json.loads((FIXTURES / "definitions/rmsnorm/rmsnorm_h4096.json").read_text())
+    a = parse(Definition, raw)
+    b = parse(Definition, dict(reversed(list(raw.items()))))
+    assert a == b and json.dumps(a.to_dict()) != json.dumps(b.to_dict())  # equal, each keeps its order
+    assert a != parse(Definition, {**raw, "x_unknown": 1})  # unknown keys are content
+    assert a != a.model_copy(update={"description": "other"})

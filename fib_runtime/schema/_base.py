@@ -48,6 +48,20 @@ class TraceModel(BaseModel):
             obj._key_order = list(data.keys())
         return obj
 
+    def __eq__(self, other: Any) -> bool:
+        """Equal content: fields and unknown keys. The remembered key order is presentation, so
+        the same object read from files with different key orders compares equal."""
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        if type(self) is not type(other):
+            return False
+        fields = type(self).model_fields
+        return ({k: v for k, v in self.__dict__.items() if k in fields}
+                == {k: v for k, v in other.__dict__.items() if k in fields}
+                and (self.__pydantic_extra__ or {}) == (other.__pydantic_extra__ or {}))
+
+    __hash__ = None  # mutable models; Solution keeps its own content hash (content_hash())
+
     # ---- output -----------------------------------------------------------------------
     def to_dict(self, *, lossless: bool = False) -> Dict[str, Any]:
         """JSON-ready dict: set fields and unknown keys, in the order they were read.
