@@ -238,7 +238,7 @@ def summary(ds_root: str, report_dir: str, out: str) -> None:
     print("\n".join(lines))
 
 
-def compare(ds1: str, dsn: str, out: str, t1: float, tn: float) -> None:
+def compare(ds1: str, dsn: str, out: str, t1: float, tn: float, s1: str = "", sn: str = "") -> None:
     from fib_runtime.store import Dataset
 
     def statuses(root):
@@ -254,12 +254,23 @@ def compare(ds1: str, dsn: str, out: str, t1: float, tn: float) -> None:
     b, db = statuses(dsn)
     same = [k for k in a if b.get(k) == a[k]]
     diff = [{"key": list(k), "one_gpu": a[k], "n_gpu": b.get(k)} for k in a if b.get(k) != a[k]]
+    sums = {}
+    for tag, path in (("1gpu", s1), ("ngpu", sn)):
+        try:
+            sums[tag] = json.loads(Path(path).read_text())
+        except Exception:  # noqa: BLE001
+            sums[tag] = {}
+    t1 = sums["1gpu"].get("wall_s", t1)
+    tn = sums["ngpu"].get("wall_s", tn)
+    complete = not sums["1gpu"].get("not_started") and not sums["ngpu"].get("not_started")
     res = {"evaluations_1gpu": len(a), "evaluations_ngpu": len(b), "same_status": len(same), "differences": diff,
            "devices_1gpu": da, "devices_ngpu": db, "wall_s_1gpu": t1, "wall_s_ngpu": tn,
-           "speedup_wall": (t1 / tn) if tn else None}
+           "speedup_wall": (t1 / tn) if tn else None, "both_runs_complete": complete,
+           "summary_1gpu": sums["1gpu"], "summary_ngpu": sums["ngpu"]}
     Path(out).write_text(json.dumps(res, indent=1, default=str))
     print(f"1 GPU: {len(a)} evals in {t1:.1f} s on {da}; N GPUs: {len(b)} evals in {tn:.1f} s on {db}; "
-          f"same status {len(same)}/{len(a)}; wall speedup {res['speedup_wall']}")
+          f"same status {len(same)}/{len(a)}; wall speedup {res['speedup_wall']}"
+          + ("" if complete else " (a run hit its wall-clock limit: compare the common part only)"))
 
 
 def main(argv=None) -> int:
@@ -272,6 +283,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("summary"); p.add_argument("dataset"); p.add_argument("report"); p.add_argument("out")
     p = sub.add_parser("compare"); p.add_argument("ds1"); p.add_argument("dsn"); p.add_argument("out")
     p.add_argument("t1", type=float); p.add_argument("tn", type=float)
+    p.add_argument("--summaries", nargs=2, default=("", ""))
     a = ap.parse_args(argv)
     if a.cmd == "record":
         t0 = time.time()
@@ -294,7 +306,7 @@ def main(argv=None) -> int:
         summary(a.dataset, a.report, a.out)
         return 0
     if a.cmd == "compare":
-        compare(a.ds1, a.dsn, a.out, a.t1, a.tn)
+        compare(a.ds1, a.dsn, a.out, a.t1, a.tn, *a.summaries)
         return 0
     return 2
 

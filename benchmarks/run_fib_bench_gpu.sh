@@ -2,9 +2,17 @@
 # fib bench on the H200 (issue 8) and, with two or more GPUs, the 1-vs-N GPU run (issue 9).
 #
 #   bash benchmarks/run_fib_bench_gpu.sh [--quick] [--multi-gpu|--no-multi-gpu] [--skip-zoo]
+#        [--budget S] [--stages "setup record zoo bench report multi"]
+#
+# A device command may run 600 s at most: the script keeps to BUDGET seconds (default 560) on its
+# own. Each stage gets what is left; `fib bench --max-wall` starts no evaluation past its share
+# (finished evaluations are already in the traces; a later run resumes the rest), and the report
+# always runs on what was evaluated.
 #
 # Device call (carry the FlashInfer bundle + pydantic wheels and our prebuilt kernels):
 #   run(command="bash benchmarks/run_fib_bench_gpu.sh --quick", carry=[".gpu", "fib_runtime/kernels/_bin"])
+# Issue 9 on nvidia-h200-x2 (the 1-GPU vs 2-GPU comparison only):
+#   run(kind="nvidia-h200-x2", command="bash benchmarks/run_fib_bench_gpu.sh --quick --stages 'setup record multi'", ...)
 # .gpu/ must hold the three files of ../shared/gpu/README.md and .gpu/wheels/ the pydantic wheels
 # (pydantic, pydantic_core cp312, annotated_types, typing_inspection, typing_extensions): the
 # device image has no pydantic. Build the kernels here first: python kernels_cuda/build.py.
@@ -24,18 +32,24 @@ cd "$(dirname "$0")/.."
 REPO=$PWD
 OUT=${OUT:-/tmp/fib_bench_out}
 mkdir -p "$OUT"
-QUICK=0; MULTI=auto; ZOO=1
-for a in "$@"; do
-  case "$a" in
+QUICK=0; MULTI=auto; ZOO=1; BUDGET=${BUDGET:-560}; STAGES=${STAGES:-setup record zoo bench report multi}
+while [ $# -gt 0 ]; do
+  case "$1" in
     --quick) QUICK=1 ;;
     --multi-gpu) MULTI=1 ;;
     --no-multi-gpu) MULTI=0 ;;
     --skip-zoo) ZOO=0 ;;
-    *) echo "unknown option $a"; exit 2 ;;
+    --budget) BUDGET=$2; shift ;;
+    --stages) STAGES=$2; shift ;;
+    *) echo "unknown option $1"; exit 2 ;;
   esac
+  shift
 done
 T0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/stages.log"; }
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }          # seconds of the budget left
+cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo $(( l > 5 ? l : 5 )) || echo "$1"; }  # min(want, left)
+has() { [[ " $STAGES " == *" $1 "* ]]; }
 
 # ---- setup ------------------------------------------------------------------------------------
 stamp "setup"
@@ -76,59 +90,74 @@ NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
 stamp "setup ok: $NGPU GPU(s); $(grep '^kernels' "$OUT/setup.log")"
 
 if [ $QUICK = 1 ]; then
-  BENCH_OPTS="--iterations 10 --trials 3 --support-trials 30 --tvd-samples 30000 --timeout 90"
+  BENCH_TIMEOUT=45
+  BENCH_OPTS="--iterations 10 --trials 3 --support-trials 30 --tvd-samples 30000 --timeout $BENCH_TIMEOUT"
 else
-  BENCH_OPTS="--iterations 20 --trials 5 --support-trials 100 --tvd-samples 100000 --timeout 120"
+  BENCH_TIMEOUT=90
+  BENCH_OPTS="--iterations 20 --trials 5 --support-trials 100 --tvd-samples 100000 --timeout $BENCH_TIMEOUT"
 fi
 QFLAG=""; [ $QUICK = 1 ] && QFLAG="--quick"
 DS=$OUT/dataset
 
 # ---- record -----------------------------------------------------------------------------------
+if has record; then
 stamp "record (traced run)"
-timeout 900 python3 benchmarks/fib_bench_gpu.py record "$DS" $QFLAG --out "$OUT/record.json" >"$OUT/record.log" 2>&1
+timeout "$(cap 240)" python3 benchmarks/fib_bench_gpu.py record "$DS" $QFLAG --out "$OUT/record.json" >"$OUT/record.log" 2>&1
 stamp "record rc=$? ($(python3 -c "import json;d=json.load(open('$OUT/record.json'));print(sum(d['workloads'].values()),'workloads,',len(d['direct']),'via direct record,',len(d['errors']),'errors')" 2>/dev/null))"
+fi
 
 # ---- zoo self-check ---------------------------------------------------------------------------
-if [ $ZOO = 1 ]; then
+if [ $ZOO = 1 ] && has zoo && [ "$(left)" -gt 330 ]; then
   stamp "zoo self-check"
   ZDS=$OUT/zoo_dataset
-  timeout 120 python3 benchmarks/fib_bench_gpu.py zoo "$ZDS" "$OUT/zoo_expected.json" >"$OUT/zoo.log" 2>&1
-  timeout 600 python3 -m fib_runtime bench "$ZDS" --authors zoo --devices cuda:0 --timeout 10 --baseline off \
+  timeout 60 python3 benchmarks/fib_bench_gpu.py zoo "$ZDS" "$OUT/zoo_expected.json" >"$OUT/zoo.log" 2>&1
+  timeout "$(cap 150)" python3 -m fib_runtime bench "$ZDS" --authors zoo --devices cuda:0 --timeout 10 --baseline off --max-wall 100 \
     --iterations 5 --trials 2 --support-trials 20 --tvd-samples 20000 --summary-json "$OUT/zoo_bench.json" >>"$OUT/zoo.log" 2>&1
-  timeout 120 python3 benchmarks/fib_bench_gpu.py check-zoo "$ZDS" "$OUT/zoo_expected.json" "$OUT/zoo_check.json" 2>&1 | tee -a "$OUT/zoo.log" | head -20
+  timeout 60 python3 benchmarks/fib_bench_gpu.py check-zoo "$ZDS" "$OUT/zoo_expected.json" "$OUT/zoo_check.json" 2>&1 | tee -a "$OUT/zoo.log" | head -20
 fi
 
 # ---- bench ------------------------------------------------------------------------------------
-stamp "bench (builtin + baseline + reference)"
-timeout 3000 python3 -m fib_runtime bench "$DS" --builtin --reference --baseline on --devices auto $BENCH_OPTS \
-  --summary-json "$OUT/bench_summary.json" >"$OUT/bench.log" 2>&1
+if has bench; then
+RESERVE=$([ "$NGPU" -ge 2 ] && has multi && [ "$MULTI" != 0 ] && echo 260 || echo 70)   # report (+ multi)
+MAXW=$(( $(left) - RESERVE - BENCH_TIMEOUT ))
+[ $MAXW -lt 30 ] && MAXW=30
+stamp "bench (builtin + baseline + reference), starting evaluations for $MAXW s"
+timeout "$(cap $(( MAXW + BENCH_TIMEOUT + 20 )))" python3 -m fib_runtime bench "$DS" --builtin --reference --baseline on \
+  --devices auto $BENCH_OPTS --max-wall "$MAXW" --no-progress --summary-json "$OUT/bench_summary.json" >"$OUT/bench.log" 2>&1
 stamp "bench rc=$?"
 tail -25 "$OUT/bench.log" | grep -v '^\[#' | head -25
+fi
 
 # ---- report -----------------------------------------------------------------------------------
+if has report; then
 stamp "report"
-timeout 600 python3 -m fib_runtime report "$DS" --out "$OUT/report" >"$OUT/report.log" 2>&1
+timeout "$(cap 90)" python3 -m fib_runtime report "$DS" --out "$OUT/report" >"$OUT/report.log" 2>&1
 stamp "report rc=$?"
 cp "$OUT/report/dispatch_table.json" "$OUT/dispatch_table.json" 2>/dev/null
-timeout 120 python3 benchmarks/fib_bench_gpu.py summary "$DS" "$OUT/report" "$OUT/summary.json" >"$OUT/summary.txt" 2>&1
+timeout "$(cap 30)" python3 benchmarks/fib_bench_gpu.py summary "$DS" "$OUT/report" "$OUT/summary.json" >"$OUT/summary.txt" 2>&1
+fi
 
 # ---- 1 GPU vs all GPUs (issue 9) ----------------------------------------------------------------
-if [ "$MULTI" = 1 ] || { [ "$MULTI" = auto ] && [ "$NGPU" -ge 2 ]; }; then
-  stamp "multi-GPU comparison on $NGPU GPUs (sampling definitions)"
+if has multi && { [ "$MULTI" = 1 ] || { [ "$MULTI" = auto ] && [ "$NGPU" -ge 2 ]; }; }; then
+  HALF=$(( ($(left) - 40) / 3 ))   # the 1-GPU run gets ~2/3 of what is left, the N-GPU run ~1/3
+  stamp "multi-GPU comparison on $NGPU GPUs (sampling definitions), 1-GPU share $((2 * HALF)) s"
   for tag in one all; do
     rm -rf "$OUT/mg_$tag" && mkdir -p "$OUT/mg_$tag"
     cp -r "$DS/definitions" "$DS/workloads" "$DS/blob" "$OUT/mg_$tag/" 2>/dev/null
     mkdir -p "$OUT/mg_$tag/solutions" "$OUT/mg_$tag/traces"
   done
   S=$(date +%s.%N)
-  timeout 1500 python3 -m fib_runtime bench "$OUT/mg_one" --definitions '*sampling*' --builtin --reference \
-    --baseline on --devices cuda:0 $BENCH_OPTS --summary-json "$OUT/mg_one.json" >"$OUT/mg_one.log" 2>&1
+  timeout "$(cap $(( 2 * HALF + BENCH_TIMEOUT )))" python3 -m fib_runtime bench "$OUT/mg_one" --definitions '*sampling*' \
+    --builtin --reference --baseline on --devices cuda:0 $BENCH_OPTS --max-wall $(( 2 * HALF - BENCH_TIMEOUT )) \
+    --no-progress --summary-json "$OUT/mg_one.json" >"$OUT/mg_one.log" 2>&1
   T1=$(python3 -c "import time;print(time.time()-$S)")
   S=$(date +%s.%N)
-  timeout 1500 python3 -m fib_runtime bench "$OUT/mg_all" --definitions '*sampling*' --builtin --reference \
-    --baseline on --devices auto $BENCH_OPTS --summary-json "$OUT/mg_all.json" >"$OUT/mg_all.log" 2>&1
+  timeout "$(cap $(( HALF + BENCH_TIMEOUT )))" python3 -m fib_runtime bench "$OUT/mg_all" --definitions '*sampling*' \
+    --builtin --reference --baseline on --devices auto $BENCH_OPTS --no-progress \
+    --summary-json "$OUT/mg_all.json" >"$OUT/mg_all.log" 2>&1
   TN=$(python3 -c "import time;print(time.time()-$S)")
-  python3 benchmarks/fib_bench_gpu.py compare "$OUT/mg_one" "$OUT/mg_all" "$OUT/multi_gpu.json" "$T1" "$TN" 2>&1 | tee -a "$OUT/stages.log"
+  python3 benchmarks/fib_bench_gpu.py compare "$OUT/mg_one" "$OUT/mg_all" "$OUT/multi_gpu.json" "$T1" "$TN" \
+    --summaries "$OUT/mg_one.json" "$OUT/mg_all.json" 2>&1 | tee -a "$OUT/stages.log"
   rm -rf "$OUT/mg_one/blob" "$OUT/mg_all/blob"
 fi
 

@@ -165,3 +165,15 @@ def test_scalar_inputs_and_input_guard(tmp_path):
         ds.add_solution(s)
     summary = run_bench(ds, cfg=BenchConfig(**FAST), inline=True, progress=False)
     assert {t.solution: t.evaluation.status.value for t in summary.traces} == {s.name: st for s, st in z.values()}
+
+
+def test_wall_clock_limit_then_resume(tmp_path):
+    ds = fixture_dataset(tmp_path, n_workloads=2)
+    for s, _ in zoo(ds.definitions["rmsnorm_h4096"], include=["correct", "wrong"]).values():
+        ds.add_solution(s)
+    first = run_bench(ds, definitions=["rmsnorm_h4096"], authors=["zoo"], cfg=BenchConfig(**FAST), inline=True,
+                      progress=False, max_wall_s=1e-9)
+    assert first.evaluated == 0 and first.not_started == 4 and "wall-clock limit" in first.skipped[0]
+    second = run_bench(Dataset.open(ds.root), definitions=["rmsnorm_h4096"], authors=["zoo"], cfg=BenchConfig(**FAST),
+                       inline=True, progress=False)
+    assert second.evaluated == 4 and second.not_started == 0

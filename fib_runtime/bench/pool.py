@@ -129,6 +129,7 @@ class WorkerPool:
         self.workers: List[_Worker] = []
         self.skipped: List[str] = []
         self.respawns = 0
+        self.not_started = 0
 
     def __enter__(self):
         self.workers = [_Worker(self, d, i) for i, d in enumerate(self.devices)]
@@ -152,11 +153,17 @@ class WorkerPool:
                 return t
         return pending.popleft()
 
-    def run(self, tasks: List[Task], on_result: OnResult) -> None:
+    def run(self, tasks: List[Task], on_result: OnResult, deadline: Optional[float] = None) -> None:
+        """Evaluate ``tasks``; after ``deadline`` (a ``time.monotonic()`` value) no new task starts."""
         if not self.workers:
             self.__enter__()
         pending: Deque[Task] = deque(tasks)
         while True:
+            if deadline is not None and pending and time.monotonic() > deadline:
+                self.not_started = len(pending)
+                self.skipped.append(f"{len(pending)} evaluation(s) not started: wall-clock limit reached "
+                                    f"(run again to resume)")
+                pending.clear()
             live = [w for w in self.workers if not w.dead]
             if not live:
                 for t in pending:
@@ -267,6 +274,7 @@ class InlinePool:
         self.cfg = cfg
         self.skipped: List[str] = []
         self.respawns = 0
+        self.not_started = 0
 
     def __enter__(self):
         return self
@@ -274,7 +282,7 @@ class InlinePool:
     def __exit__(self, *exc):
         return None
 
-    def run(self, tasks: List[Task], on_result: OnResult) -> None:
+    def run(self, tasks: List[Task], on_result: OnResult, deadline: Optional[float] = None) -> None:
         from .environment import snapshot
         from .evaluate import WorkerState
 
@@ -289,7 +297,11 @@ class InlinePool:
         fd, log_path = tempfile.mkstemp(prefix="fib-bench-inline-", suffix=".log")
         os.close(fd)
         try:
-            for t in tasks:
+            for i, t in enumerate(tasks):
+                if deadline is not None and time.monotonic() > deadline:
+                    self.not_started = len(tasks) - i
+                    self.skipped.append(f"{self.not_started} evaluation(s) not started: wall-clock limit reached")
+                    break
                 try:
                     with capture_fds(log_path):
                         r = state.evaluate(t.definition, t.workload.workload, t.solution, lambda phase: None)

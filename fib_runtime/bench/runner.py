@@ -49,6 +49,7 @@ class BenchSummary:
     by_device: Counter = field(default_factory=Counter)
     skipped: List[str] = field(default_factory=list)
     respawns: int = 0
+    not_started: int = 0
     wall_s: float = 0.0
     devices: List[str] = field(default_factory=list)
     traces: List[Trace] = field(default_factory=list)
@@ -56,7 +57,8 @@ class BenchSummary:
     def to_dict(self) -> Dict[str, Any]:
         return {"planned": self.planned, "already_done": self.already_done, "evaluated": self.evaluated,
                 "counts": dict(self.counts), "by_device": dict(self.by_device), "skipped": self.skipped,
-                "respawns": self.respawns, "wall_s": round(self.wall_s, 3), "devices": self.devices}
+                "respawns": self.respawns, "not_started": self.not_started, "wall_s": round(self.wall_s, 3),
+                "devices": self.devices}
 
 
 def _match(name: str, patterns: Optional[Sequence[str]]) -> bool:
@@ -136,7 +138,9 @@ def run_bench(dataset: Union[str, Path, Dataset], definitions: Optional[Sequence
               devices: Optional[Union[str, Sequence[str]]] = None, cfg: Optional[BenchConfig] = None, *,
               baseline: str = "auto", reference: bool = False, builtin: bool = False, force: bool = False,
               progress: bool = True, inline: bool = False, dry_run: bool = False,
-              logdir: Optional[str] = None) -> BenchSummary:
+              logdir: Optional[str] = None, max_wall_s: Optional[float] = None) -> BenchSummary:
+    """Plan and run (module docstring). ``max_wall_s``: start no evaluation after that many
+    seconds (in-flight ones finish); what did not start is reported and a later run resumes it."""
     ds = dataset if isinstance(dataset, Dataset) else Dataset.open(dataset)
     cfg = cfg or BenchConfig()
     devs = parse_devices(devices)
@@ -166,10 +170,12 @@ def run_bench(dataset: Union[str, Path, Dataset], definitions: Optional[Sequence
         import os
 
         cfg = dataclasses.replace(cfg, cpu_threads=max(1, (os.cpu_count() or 1) // n_cpu))
+    deadline = t0 + max_wall_s if max_wall_s else None
     with pool_cls(devs[:n_workers], ds.root, cfg, logdir=logdir) as pool:
-        pool.run(tasks, on_result)
+        pool.run(tasks, on_result, deadline=deadline)
         summary.skipped = list(pool.skipped)
         summary.respawns = pool.respawns
+        summary.not_started = pool.not_started
     if bar.enabled and bar.done < bar.total:
         bar.stream.write("\n")
     summary.wall_s = time.monotonic() - t0
