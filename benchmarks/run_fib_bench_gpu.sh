@@ -123,7 +123,7 @@ MAXW=$(( $(left) - RESERVE - BENCH_TIMEOUT ))
 [ $MAXW -lt 30 ] && MAXW=30
 stamp "bench (builtin + baseline + reference), starting evaluations for $MAXW s"
 timeout "$(cap $(( MAXW + BENCH_TIMEOUT + 20 )))" python3 -m fib_runtime bench "$DS" --builtin --reference --baseline on \
-  --devices auto $BENCH_OPTS --max-wall "$MAXW" --no-progress --summary-json "$OUT/bench_summary.json" >"$OUT/bench.log" 2>&1
+  --devices auto $BENCH_OPTS --max-wall "$MAXW" --summary-json "$OUT/bench_summary.json" >"$OUT/bench.log" 2>&1
 stamp "bench rc=$?"
 tail -25 "$OUT/bench.log" | grep -v '^\[#' | head -25
 fi

@@ -4,8 +4,9 @@
 
 GPU (``device`` starting with ``cuda``), following the workplace's method:
 
-- ``warmup`` untimed calls first (fewer, and fewer timed calls, when a call is so slow that
-  ``trials x iterations`` would exceed ``time_budget_s``) (module load, JIT, handle creation, allocator growth);
+- ``warmup`` untimed calls first (module load, JIT, handle creation, allocator growth); a callable
+  so slow that ``trials x iterations`` calls would exceed ``time_budget_s`` gets fewer warm-up and
+  timed calls (at least 3 timed);
 - each timed call is bracketed by CUDA events, and the L2 cache is flushed before it by writing
   a buffer twice the L2 size (``l2_flush``), so a call never reads inputs left in cache by the
   previous one; ``trials`` x ``iterations`` calls, the median is reported;
