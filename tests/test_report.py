@@ -101,6 +101,7 @@ def test_leaderboard_and_fast_p(reported):
 
 
 def test_png_html_md_json_written(reported):
+    pytest.importorskip("matplotlib")  # in the `test` extra; without it the report has no figures
     root, out, data, summary = reported
     png = out / "fast_p_rmsnorm_h4096.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
@@ -133,4 +134,4 @@ def test_cli_report(reported, tmp_path, capsys):
     root, out, data, summary = reported
     assert main(["report", str(root), "--out", str(tmp_path / "r2"), "--definitions", "rmsnorm_*"]) == 0
     assert "rmsnorm_h4096" in capsys.readouterr().out
-    assert (tmp_path / "r2" / "report.html").is_file() and (tmp_path / "r2" / "fast_p_rmsnorm_h4096.png").is_file()
+    assert (tmp_path / "r2" / "report.html").is_file() and (tmp_path / "r2" / "dispatch_table.json").is_file()
