@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from .table import DefTable
 
+
 class _Entry:
     """Metadata of one definition's entry; ``call`` is the generated hot-path function."""
 
