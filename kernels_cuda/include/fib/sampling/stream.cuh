@@ -124,19 +124,25 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
   const bool vec_ok = (reinterpret_cast<uintptr_t>(in_row) & (4 * ESIZE - 1)) == 0;
   const int ntiles = (V + kTile - 1) / kTile;
   uint64_t tau = 0ull;
+  // cheap per-token prefilter: x >= tau_f (a float lower bound of tau); NaN logits pass only while
+  // tau_f is -inf (they count as -inf); probs are clamped with fmaxf (NaN and negatives -> 0)
+  float tau_f = -INFINITY;
+  bool nan_pass = true;
   // joint: per-thread online (max, sum of exp2((x - max) * scale)) / probs: plain sum
   float om = -INFINITY, os = 0.0f;
 
   // cp.async ring: each thread copies (and later reads back) only its own 4 tokens of a tile, so
   // no barrier is needed for the data and copies stay in flight across the per-tile barriers.
-  auto issue = [&](int tile) {
-    if (tile < ntiles) {
-      const int i0 = tile * kTile + tid * 4;
-      int nb = (V - i0) * ESIZE;
+  const uint32_t ring_base = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + tid * 16;
+  const char* src_next = in_row + static_cast<int64_t>(tid) * 4 * ESIZE;
+  int rem_next = V - tid * 4;  // tokens left at this thread's position of the next issued tile
+  int slot_w = 0, slot_r = 0;
+  auto issue = [&]() {
+    if (rem_next > -kTile * kRing) {  // cheap guard; zero-size copies past the end are harmless
+      int nb = rem_next * ESIZE;
       nb = nb < 0 ? 0 : (nb > 4 * ESIZE ? 4 * ESIZE : nb);
-      const char* src = nb > 0 ? in_row + static_cast<int64_t>(i0) * ESIZE : in_row;
-      const uint32_t dst = static_cast<uint32_t>(
-          __cvta_generic_to_shared(ring + (static_cast<size_t>(tile % kRing) * kThreads + tid) * 16));
+      const char* src = nb > 0 ? src_next : in_row;
+      const uint32_t dst = ring_base + slot_w * (kThreads * 16);
       if constexpr (ESIZE == 4) {
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(nb) : "memory");
       } else {
@@ -144,19 +150,23 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
       }
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
+    src_next += kTile * ESIZE;
+    rem_next -= kTile;
+    slot_w = (slot_w + 1 == kRing) ? 0 : slot_w + 1;
   };
   if (vec_ok) {
 #pragma unroll
-    for (int q = 0; q < kRing - 1; ++q) issue(q);
+    for (int q = 0; q < kRing - 1; ++q) issue();
   }
 
   for (int tile = 0; tile < ntiles; ++tile) {
     float x[4];
     const int i0 = tile * kTile + tid * 4;
     if (vec_ok) {
-      issue(tile + kRing - 1);
+      issue();
       asm volatile("cp.async.wait_group %0;\n" ::"n"(kRing - 1) : "memory");
-      const unsigned char* slot = ring + (static_cast<size_t>(tile % kRing) * kThreads + tid) * 16;
+      const unsigned char* slot = ring + static_cast<size_t>(slot_r) * (kThreads * 16) + tid * 16;
+      slot_r = (slot_r + 1 == kRing) ? 0 : slot_r + 1;
       if constexpr (DT == kF32) {
         const float4 f = *reinterpret_cast<const float4*>(slot);
         x[0] = f.x; x[1] = f.y; x[2] = f.z; x[3] = f.w;
@@ -176,31 +186,34 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
       }
     } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) x[j] = (i0 + j < V) ? load_elem<DT>(in_row, i0 + j) : NAN;
+      for (int j = 0; j < 4; ++j) x[j] = (i0 + j < V) ? load_elem<DT>(in_row, i0 + j) : 0.0f;
     }
-    uint64_t cc[4];
+    const int nvalid = V - i0;  // tokens of this thread's 4 that exist
     bool pass[4];
     bool anyp = false;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int i = i0 + j;
-      const bool valid = i < V;
-      const float v = sanitize(x[j], logits);
-      if (joint && valid) {
-        if (logits) {
-          if (v > om) {
-            os = os * exp2f(__fmul_rn(__fsub_rn(om, v), scale)) + 1.0f;
-            om = v;
+      if (!logits) x[j] = fmaxf(x[j], 0.0f);
+      pass[j] = (x[j] >= tau_f || (nan_pass && x[j] != x[j])) && j < nvalid;
+      anyp |= pass[j];
+    }
+    if (joint) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (j < nvalid) {
+          if (logits) {
+            const float v = sanitize(x[j], true);
+            if (v > om) {
+              os = os * exp2f(__fmul_rn(__fsub_rn(om, v), scale)) + 1.0f;
+              om = v;
+            } else {
+              os += exp2f(__fmul_rn(__fsub_rn(v, om), scale));
+            }
           } else {
-            os += exp2f(__fmul_rn(__fsub_rn(v, om), scale));
+            os += x[j];
           }
-        } else {
-          os += v;
         }
       }
-      cc[j] = (static_cast<uint64_t>(f2key(v)) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
-      pass[j] = valid && cc[j] >= tau;
-      anyp |= pass[j];
     }
     if (__any_sync(0xffffffffu, anyp)) {
 #pragma unroll
@@ -210,7 +223,11 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
           int base = 0;
           if (lane == __ffs(m) - 1) base = atomicAdd(&s_cnt, __popc(m));
           base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
-          if (pass[j]) buf[base + __popc(m & ((1u << lane) - 1u))] = cc[j];
+          if (pass[j]) {
+            const uint64_t c = (static_cast<uint64_t>(f2key(sanitize(x[j], logits))) << 32) |
+                               (0xffffffffu - static_cast<uint32_t>(i0 + j));
+            buf[base + __popc(m & ((1u << lane) - 1u))] = c;
+          }
         }
       }
     }
@@ -244,8 +261,12 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
       }
       if (tid == 0) s_tau = nt;
       __syncthreads();
+      tau = s_tau;
+      float tf = key2f(static_cast<uint32_t>(tau >> 32));
+      if (tf != tf) tf = -INFINITY;  // a prefix below -inf's key decodes to NaN
+      tau_f = tf;
+      nan_pass = logits && tf == -INFINITY;
     }
-    tau = s_tau;
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   // buf[0..k) hold the top-k (exactly k: V > k); sort them
