@@ -49,14 +49,18 @@ def _sampling_calls(V, batches, dev):
         yield "sampling_from_probs", (probs,)
 
 
+CASCADE_DTYPE = "float16"  # the trimmed FlashInfer ships fp16/head_dim-128 cascade + prefill prebuilt (no JIT)
+
+
 def _cascade_problem(B, P, S, Hq=32, Hkv=8, D=128, ps=16, dev="cuda"):
     import torch
 
     sh = -(-P // ps)
     un = -(-S // ps)
     total = sh + B * un
-    k = torch.randn(total, ps, Hkv, D, device=dev, dtype=torch.bfloat16)
-    v = torch.randn(total, ps, Hkv, D, device=dev, dtype=torch.bfloat16)
+    dt = getattr(torch, CASCADE_DTYPE)
+    k = torch.randn(total, ps, Hkv, D, device=dev, dtype=dt)
+    v = torch.randn(total, ps, Hkv, D, device=dev, dtype=dt)
     i32 = lambda x: torch.tensor(x, dtype=torch.int32, device=dev)  # noqa: E731
     levels = dict(
         qo=[i32([0, B]), i32(list(range(B + 1)))],
@@ -64,7 +68,7 @@ def _cascade_problem(B, P, S, Hq=32, Hkv=8, D=128, ps=16, dev="cuda"):
         kv_indices=[i32(list(range(sh))), i32(list(range(sh, total)))],
         last=[i32([P - (sh - 1) * ps]), i32([S - (un - 1) * ps] * B)],
     )
-    q = torch.randn(B, Hq, D, device=dev, dtype=torch.bfloat16)
+    q = torch.randn(B, Hq, D, device=dev, dtype=dt)
     return q, k, v, levels
 
 
@@ -103,9 +107,9 @@ def record(ds_root: str, quick: bool, dev: str = "cuda", vocabs=None, tiny: bool
             except Exception as e:  # noqa: BLE001
                 info["errors"].append(f"flashinfer.sampling.{kind}(V={V}): {type(e).__name__}: {e}"[:300])
     for L in ([1, 16] if tiny else [1, 128, 2048] if quick else [1, 16, 128, 1024, 8192]):
-        va, vb = (torch.randn(L, 32, 128, device=dev, dtype=torch.bfloat16) for _ in range(2))
+        va, vb = (torch.randn(L, 32, 128, device=dev, dtype=getattr(torch, CASCADE_DTYPE)) for _ in range(2))
         sa, sb = (torch.randn(L, 32, device=dev, dtype=torch.float32) * 4 for _ in range(2))
-        calls.append((cdefs.generate("merge_state_h32_d128"), (va, sa, vb, sb)))
+        calls.append((cdefs.generate("merge_state_h32_d128", dtype=CASCADE_DTYPE), (va, sa, vb, sb)))
         try:
             fc.merge_state(va, sa, vb, sb)
         except Exception as e:  # noqa: BLE001
@@ -119,11 +123,11 @@ def record(ds_root: str, quick: bool, dev: str = "cuda", vocabs=None, tiny: bool
         for i in range(2):
             flat += [lv["qo"][i], lv["kv_indptr"][i], lv["kv_indices"][i], lv["last"][i]]
         flat.append(sm)
-        calls.append((cdefs.generate("multi_level_cascade_run_h32_kv8_d128_ps16"), tuple(flat)))
+        calls.append((cdefs.generate("multi_level_cascade_run_h32_kv8_d128_ps16", dtype=CASCADE_DTYPE), tuple(flat)))
         try:
             w = fc.MultiLevelCascadeAttentionWrapper(2, ws, "NHD")
             w.plan(lv["qo"], lv["kv_indptr"], lv["kv_indices"], lv["last"], 32, 8, 128, 16,
-                   causal=False, sm_scale=sm, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+                   causal=False, sm_scale=sm, q_data_type=q.dtype, kv_data_type=k.dtype)
             w.run(q, (k, v))
         except Exception as e:  # noqa: BLE001
             info["errors"].append(f"cascade run(B={B}): {type(e).__name__}: {e}"[:300])
