@@ -321,7 +321,7 @@ def bench_merge(fi, copy_gbs, reps=20):
         default_variant = int(lib.set_merge_variant(-1))  # -1: query only
         r["default_variant"] = default_variant
         if dtype == torch.float16:
-            for var in range(7):
+            for var in range(8):
                 lib.set_merge_variant(var)
                 r[f"ours_v{var}_us"] = graph_time_us(ours, 4, reps)
                 r[f"ours_in_place_v{var}_us"] = graph_time_us(ours_inplace, 4, reps)
@@ -417,9 +417,9 @@ def write_md(res, path):
     fp16 = res["merge_state"].get("float16", {})
     if "ours_v0_us" in fp16:
         L += ["", "merge kernel variants (fp16; 0: 2 rows/thread, 1: 4 rows, 2: 2 rows + streaming hints, "
-              "3: 4 rows + streaming hints, 4: 1 row, 5: 1 row + streaming hints, 6: 1 row, 512-thread blocks; default " + str(fp16.get("default_variant")) + "):", "",
+              "3: 4 rows + streaming hints, 4: 1 row, 5: 1 row + streaming hints, 6: 1 row, 512-thread blocks, 7: persistent grid-stride (in place: as 4); default " + str(fp16.get("default_variant")) + "):", "",
               "| variant | merge_state µs | / copy BW | merge_state_in_place µs | / copy BW |", "|---|---|---|---|---|"]
-        for var in range(7):
+        for var in range(8):
             a, b = fp16[f"ours_v{var}_us"], fp16[f"ours_in_place_v{var}_us"]
             L.append(f"| {var} | {a:.1f} | {fp16['bytes'] / (a * 1e3) / res['copy_GBs']:.3f} | {b:.1f} | "
                      f"{fp16['bytes'] / (b * 1e3) / res['copy_GBs']:.3f} |")

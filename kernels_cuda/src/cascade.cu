@@ -57,7 +57,7 @@ void check_launch(const char* what) {
 
 // merge kernel variant: 0 = 2 rows/thread, 1 = 4 rows/thread, 2 = 2 rows + streaming cache hints,
 // 3 = 4 rows + streaming hints, 4 = 1 row/thread, 5 = 1 row + streaming hints, 6 = 1 row, 512-thread
-// blocks. Default: 4 (H200, 2026-12-01: 1 row/thread beat 2 and 4 rows; see benchmarks/results).
+// blocks, 7 = persistent grid-stride (merge_state only; in place uses 4). Default: 4 (H200, 2026-12-01: 1 row/thread beat 2 and 4 rows; see benchmarks/results).
 int g_merge_variant = 4;
 
 template <typename T, int U, bool ST, bool BIG = false>
@@ -77,10 +77,36 @@ void launch_merge_state_u(const TensorView& va, const TensorView& sa, const Tens
 }
 
 template <typename T>
+void launch_merge_state_persistent(const TensorView& va, const TensorView& sa, const TensorView& vb,
+                                   const TensorView& sb, const TensorView& vo, const TensorView& so,
+                                   cudaStream_t st) {
+  static int grid_cache = 0;
+  int64_t rows = va.size(0) * va.size(1);
+  int tpr = static_cast<int>(va.size(2) / 8);
+  if (rows == 0 || tpr == 0) return;
+  int rpb = 256 / tpr;
+  if (grid_cache == 0) {
+    int dev = 0, sms = 0, per = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, merge_state_persistent_kernel<T>, 256, 0);
+    grid_cache = sms * (per > 0 ? per : 1);
+  }
+  int64_t need = (rows + rpb - 1) / rpb;
+  int grid = static_cast<int>(need < grid_cache ? need : grid_cache);
+  merge_state_persistent_kernel<T><<<grid, dim3(tpr, rpb), 0, st>>>(
+      static_cast<const T*>(va.data_ptr()), static_cast<const float*>(sa.data_ptr()),
+      static_cast<const T*>(vb.data_ptr()), static_cast<const float*>(sb.data_ptr()),
+      static_cast<T*>(vo.data_ptr()), static_cast<float*>(so.data_ptr()), static_cast<int>(rows));
+  check_launch("merge_state");
+}
+
+template <typename T>
 void launch_merge_state(const TensorView& va, const TensorView& sa, const TensorView& vb,
                         const TensorView& sb, const TensorView& vo, const TensorView& so,
                         cudaStream_t st, int variant) {
   switch (variant) {
+    case 7: return launch_merge_state_persistent<T>(va, sa, vb, sb, vo, so, st);
     case 0: return launch_merge_state_u<T, 2, false>(va, sa, vb, sb, vo, so, st);
     case 1: return launch_merge_state_u<T, 4, false>(va, sa, vb, sb, vo, so, st);
     case 2: return launch_merge_state_u<T, 2, true>(va, sa, vb, sb, vo, so, st);
@@ -418,7 +444,7 @@ int64_t max_stages(int64_t head_dim, int64_t tile_rows) {
 
 int64_t set_merge_variant(int64_t v) {
   int old = g_merge_variant;
-  if (v >= 0 && v <= 6) g_merge_variant = static_cast<int>(v);
+  if (v >= 0 && v <= 7) g_merge_variant = static_cast<int>(v);
   return old;
 }
 

@@ -57,6 +57,47 @@ __global__ void __launch_bounds__(512) merge_state_kernel(
   }
 }
 
+// Persistent variant of merge_state: a grid of (SMs x resident blocks) walks the rows with a
+// grid stride, the next row's loads issued before the current row's math (no wave tail).
+template <typename T>
+__global__ void __launch_bounds__(256) merge_state_persistent_kernel(
+    const T* __restrict__ va, const float* __restrict__ sa, const T* __restrict__ vb,
+    const float* __restrict__ sb, T* __restrict__ vo, float* __restrict__ so, int num_rows) {
+  const int tpr = blockDim.x, cx = threadIdx.x;
+  const int stride = gridDim.x * blockDim.y;
+  int row = blockIdx.x * blockDim.y + threadIdx.y;
+  float a[8], b[8], xa = 0.f, xb = 0.f;
+  if (row < num_rows) {
+    const int64_t e = (static_cast<int64_t>(row) * tpr + cx) * 8;
+    xa = __ldg(sa + row);
+    xb = __ldg(sb + row);
+    load8<T>(va + e, a);
+    load8<T>(vb + e, b);
+  }
+  for (; row < num_rows; row += stride) {
+    const int nxt = row + stride;
+    float na[8], nb[8], nxa = 0.f, nxb = 0.f;
+    if (nxt < num_rows) {
+      const int64_t e = (static_cast<int64_t>(nxt) * tpr + cx) * 8;
+      nxa = __ldg(sa + nxt);
+      nxb = __ldg(sb + nxt);
+      load8<T>(va + e, na);
+      load8<T>(vb + e, nb);
+    }
+    float wa, wb, sm;
+    merge2_weights(xa, xb, wa, wb, sm);
+    float o[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = wa * a[i] + wb * b[i];
+    store8<T>(vo + (static_cast<int64_t>(row) * tpr + cx) * 8, o);
+    if (so != nullptr && cx == 0) so[row] = sm;
+    xa = nxa;
+    xb = nxb;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) a[i] = na[i], b[i] = nb[i];
+  }
+}
+
 // In place: (v, s) <- (v, s) (+) (v_other, s_other); rows whose token has mask == 0 untouched.
 template <typename T, int UNROLL, bool STREAM = false>
 __global__ void __launch_bounds__(512) merge_state_in_place_kernel(
