@@ -85,14 +85,17 @@ int dtype_code(DLDataType t) {
 }
 
 struct Config {
-  int S, chunk, resident;
+  int S, chunk, resident, hist_bytes;
   size_t smem;
 };
 
 constexpr int kHistBytes = 2 * fs::kHistBufBytes;
 
-Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster) {
+// needs_hist: top-k or top-p present (radix histograms / candidate lists in shared memory); without
+// them (plain sampling, min-p) the slice alone is resident and smaller slices give 2 CTAs per SM.
+Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool needs_hist = true) {
   Config c;
+  const int hist_bytes = needs_hist ? kHistBytes : 0;
   int S;
   if (d.major < 9) {
     S = 1;
@@ -102,7 +105,7 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster) {
     // slices of at most 32K keys (128 KB, resident), enough CTAs to cover ~2 per SM at small B,
     // no slice below 4K keys. Measured on the H200 (run 1 sweep): 4 CTAs per row beat 6-8 at
     // V=128256 for B=1..512.
-    const int s_min = (V + 32767) / 32768;
+    const int s_min = needs_hist ? (V + 32767) / 32768 : (V + 25599) / 25600;
     const int s_fill = (2 * d.sms + B - 1) / B;
     const int s_use = (V + 4095) / 4096;
     int s_want = s_fill < s_use ? s_fill : s_use;
@@ -115,11 +118,12 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster) {
   if (S < 1) S = 1;
   int chunk = (V + S - 1) / S;
   chunk = (chunk + 7) & ~7;
-  const int avail = d.optin - d.static_smem[dt] - kHistBytes;
+  const int avail = d.optin - d.static_smem[dt] - hist_bytes;
   c.resident = static_cast<int64_t>(chunk) * 4 <= avail ? 1 : 0;
   c.S = S;
   c.chunk = chunk;
-  c.smem = kHistBytes + (c.resident ? static_cast<size_t>(chunk) * 4 : 0);
+  c.hist_bytes = c.resident ? hist_bytes : kHistBytes;  // streamed rows keep the full layout
+  c.smem = c.hist_bytes + (c.resident ? static_cast<size_t>(chunk) * 4 : 0);
   return c;
 }
 
@@ -262,9 +266,11 @@ int64_t sample(TensorView input, Optional<TensorView> out_idx, Optional<TensorVi
   check_cuda(cudaGetDevice(&cur), "cudaGetDevice");
   if (cur != dev) check_cuda(cudaSetDevice(dev), "cudaSetDevice");
   const DevInfo& d = dev_info(dev);
-  const Config c = choose_config(d, B, V, dt, cluster > 0 ? static_cast<int>(cluster) : 0);
+  const bool needs_hist = p.has_topk || p.has_topp;
+  const Config c = choose_config(d, B, V, dt, cluster > 0 ? static_cast<int>(cluster) : 0, needs_hist);
   p.chunk = c.chunk;
   p.resident = c.resident;
+  p.hist_bytes = c.hist_bytes;
   cudaStream_t st = stream >= 0 ? reinterpret_cast<cudaStream_t>(stream)
                                 : static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, dev));
   const bool stream_k = use_stream(d, p, static_cast<int>(cluster));

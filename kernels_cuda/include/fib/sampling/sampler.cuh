@@ -34,6 +34,7 @@ struct Params {
   int64_t* out_idx;   // sample output
   int B, V, chunk;
   int is_logits, mode, resident, joint;
+  int hist_bytes;  // bytes of histogram space before the resident keys (0: no top-k/top-p)
   const void* top_k_arr;
   int top_k_is64, top_k_val, has_topk;
   const float* top_p_arr;
@@ -247,7 +248,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   // two histogram buffers of kHistBufBytes, then the resident keys
   auto hbuf = [&](int b) { return reinterpret_cast<uint64_t*>(dsm + (b & 1) * kHistBufBytes); };
   uint64_t* hist = hbuf(0);
-  uint32_t* skeys = reinterpret_cast<uint32_t*>(dsm + 2 * kHistBufBytes);
+  uint32_t* skeys = reinterpret_cast<uint32_t*>(dsm + p.hist_bytes);
   __shared__ uint64_t sh_scratch[kWarps];
   __shared__ uint64_t sh_wsum[kWarps];
   __shared__ uint64_t sh_slot[4];
@@ -299,7 +300,8 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 #define FIB_KEY(i) (resident ? skeys[(i)] : gkey(i))
 
   uint32_t* cnt0 = reinterpret_cast<uint32_t*>(hist);
-  for (int b = tid; b < kBins; b += kThreads) cnt0[b] = 0u;
+  if (p.hist_bytes)
+    for (int b = tid; b < kBins; b += kThreads) cnt0[b] = 0u;
   if (tid == 0) sh_max = 0u;
   __syncthreads();
 
