@@ -266,7 +266,8 @@ int64_t sample(TensorView input, Optional<TensorView> out_idx, Optional<TensorVi
   check_cuda(cudaGetDevice(&cur), "cudaGetDevice");
   if (cur != dev) check_cuda(cudaSetDevice(dev), "cudaSetDevice");
   const DevInfo& d = dev_info(dev);
-  const bool needs_hist = p.has_topk || p.has_topp;
+  // (temperature <= 0 turns a row into greedy = top-k 1, which needs the histogram space too)
+  const bool needs_hist = p.has_topk || p.has_topp || (p.is_logits && (p.temp_arr || !(p.temp_val > 0.0f)));
   const Config c = choose_config(d, B, V, dt, cluster > 0 ? static_cast<int>(cluster) : 0, needs_hist);
   p.chunk = c.chunk;
   p.resident = c.resident;
