@@ -5,9 +5,10 @@
 
 - Processes are started with the ``spawn`` method (no inherited CUDA state), one per device
   label. ``cpu:N`` labels run on the CPU (several of them fake several devices, for tests).
-- The parent hands out tasks itself: an idle worker gets the next task of the workload it
-  prepared last (inputs and reference are cached in the worker), otherwise the first task of a
-  workload no other worker is on, otherwise the head of the queue. So workloads spread over the
+- The parent hands out tasks itself, in priority classes (``Task.priority``): within the most
+  urgent class left, an idle worker gets the next task of the workload it prepared last (inputs
+  and reference are cached in the worker), otherwise the first task of a workload no other
+  worker is on, otherwise the head of the queue. So workloads spread over the
   devices and each workload's reference runs about once.
 - Deadlines: ``prepare_timeout_s`` for the workload (inputs + reference), then
   ``timeout_s`` from the worker's ``solution`` message on. A worker past its deadline is killed
@@ -35,6 +36,7 @@ from .config import BenchConfig
 from .worker import read_log, worker_main
 
 STARTUP_TIMEOUT_S = 600.0
+STARTUP_GRACE_S = 90.0  # how long the first dispatch waits for all workers to be ready
 
 
 @dataclass
@@ -44,6 +46,7 @@ class Task:
     workload: Any            # Trace (workload-only)
     solution: Any            # Solution
     payload: Dict[str, Any] = field(default_factory=dict)
+    priority: int = 0        # lower runs first (see runner.plan)
 
     @property
     def key(self):
@@ -143,11 +146,16 @@ class WorkerPool:
     # ---- scheduling -------------------------------------------------------------------
     def _pick(self, w: _Worker, pending: Deque[Task]) -> Task:
         busy = {x.task.key for x in self.workers if x.task is not None}
+        prio = pending[0].priority  # stay within the most urgent class of tasks
         for i, t in enumerate(pending):
+            if t.priority != prio:
+                break
             if t.key == w.last_key:
                 del pending[i]
                 return t
         for i, t in enumerate(pending):
+            if t.priority != prio:
+                break
             if t.key not in busy:
                 del pending[i]
                 return t
@@ -158,6 +166,7 @@ class WorkerPool:
         if not self.workers:
             self.__enter__()
         pending: Deque[Task] = deque(tasks)
+        self._await_startup(on_result)
         while True:
             if deadline is not None and pending and time.monotonic() > deadline:
                 self.not_started = len(pending)
@@ -186,6 +195,19 @@ class WorkerPool:
             for w in live:
                 if not w.dead and w.proc.is_alive() and now > w.deadline:
                     self._expired(w, on_result)
+
+    def _await_startup(self, on_result: OnResult) -> None:
+        """Let every worker come up (up to STARTUP_GRACE_S) so the first tasks spread over all."""
+        end = time.monotonic() + STARTUP_GRACE_S
+        while time.monotonic() < end:
+            waiting = [w for w in self.workers if not w.dead and w.env is None]
+            if not waiting:
+                return
+            wait([w.conn for w in waiting] + [w.proc.sentinel for w in waiting], timeout=1.0)
+            for w in waiting:
+                self._drain(w, on_result)
+                if not w.dead and not w.proc.is_alive():
+                    self._died(w, on_result)
 
     def _drain(self, w: _Worker, on_result: OnResult) -> None:
         try:

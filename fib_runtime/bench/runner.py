@@ -61,6 +61,9 @@ class BenchSummary:
                 "devices": self.devices}
 
 
+AUTHOR_PRIORITY = {"fib-runtime": 0, "baseline": 1, "reference": 3}
+
+
 def _match(name: str, patterns: Optional[Sequence[str]]) -> bool:
     return not patterns or any(name == p or fnmatch.fnmatchcase(name, p) for p in patterns)
 
@@ -129,7 +132,12 @@ def plan(ds: Dataset, definitions=None, solutions=None, authors=None, *, baselin
                 if not force and (w.workload.uuid, s.name) in done:
                     done_count += 1
                     continue
-                tasks.append(Task(len(tasks), d, w, s))
+                tasks.append(Task(len(tasks), d, w, s, priority=AUTHOR_PRIORITY.get(s.author, 2)))
+    # our kernels and the baseline first, the (slow) reference last: a run cut by --max-wall
+    # still compares what matters; stable, so definitions and workloads keep their order
+    tasks.sort(key=lambda t: t.priority)
+    for i, t in enumerate(tasks):
+        t.id = i
     return tasks, done_count
 
 
