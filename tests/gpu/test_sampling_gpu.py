@@ -211,6 +211,7 @@ def test_distribution_half_logits(dtype, temperature):
     (151936, 2048, 0.95, "flat"),
     (262208, 1500, 1.0, "mid"),
     (32000, 32000, 0.3, "flat"),
+    (128256, 0, 1.0, "peaked"),  # no filter at all: plain sampling over the whole vocabulary
 ])
 def test_distribution_large_vocab(V, k, p, kind, force_path):
     gen = torch.Generator().manual_seed(V + k)
@@ -222,6 +223,19 @@ def test_distribution_large_vocab(V, k, p, kind, force_path):
     n = rows * calls
     counts = draw_counts(S.top_k_top_p_sampling_from_logits, lg, rows, calls, top_k=k, top_p=p)
     assert_distribution(counts, q, n, f"large V={V} k={k} p={p} {kind} (margin {margin:.2g}) {force_path}")
+
+
+@pytest.mark.parametrize("src", ["probs", "logits"])
+def test_distribution_min_p_large(src):
+    V = 151936
+    gen = torch.Generator().manual_seed(99)
+    lg = make_row(V, "peaked", gen)
+    row = lg if src == "logits" else torch.softmax(lg.double(), 0).float()
+    q, _ = ref_kept(row, src == "logits", min_p=0.02)
+    rows, calls = 989, 1061
+    fn = S.min_p_sampling_from_logits if src == "logits" else S.min_p_sampling_from_probs
+    counts = draw_counts(fn, row, rows, calls, min_p=0.02)
+    assert_distribution(counts, q, rows * calls, f"min_p large V {src}")
 
 
 # ----------------------------------------------------------------------------- support on odd sizes
