@@ -83,6 +83,26 @@ def fast_p(speedups: List[Optional[float]], p: float) -> float:
     return sum(1 for s in speedups if s is not None and s > p) / len(speedups)
 
 
+def _trace_authors(ds: Dataset, d) -> Dict[str, str]:
+    """solution -> author from the ``traces/<author>/<op_type>/<definition>.jsonl`` layout (for
+    traces whose solution file is not in the dataset)."""
+    out: Dict[str, str] = {}
+    for path in (ds.root / "traces").glob(f"*/*/{d.name}.jsonl"):
+        author = path.parent.parent.name
+        try:
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        sol = json.loads(line).get("solution")
+                    except ValueError:
+                        continue
+                    if sol:
+                        out.setdefault(sol, author)
+        except OSError:
+            continue
+    return out
+
+
 def _latest(traces) -> Dict[tuple, Any]:
     out: Dict[tuple, Any] = {}
     for t in traces:
@@ -103,7 +123,7 @@ def analyse_definition(ds: Dataset, name: str, hardware: Optional[str] = None) -
     hw = hardware or _default_hardware(classes)
     traces = [t for t in all_traces if _hw_class(t.evaluation.environment.hardware) == hw]
     latest = _latest(traces)
-    authors = {s.name: s.author for s in ds.solutions_for(name)}
+    authors = {**_trace_authors(ds, d), **{s.name: s.author for s in ds.solutions_for(name)}}
     workloads = {w.workload.uuid: w.workload for w in ds.workloads_for(name)}
     for (u, _), t in latest.items():
         workloads.setdefault(u, t.workload)
