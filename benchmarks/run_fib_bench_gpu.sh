@@ -26,7 +26,8 @@
 #   report  fib report -> $OUT/report (HTML, PNG, leaderboard.md), $OUT/dispatch_table.json
 #   multi   (>= 2 GPUs) sampling definitions benched on cuda:0 only and on all GPUs: same statuses,
 #           wall times -> $OUT/multi_gpu.json
-# Everything lands in $OUT (default /tmp/fib_bench_out); the last lines printed are the summary.
+# Everything lands in $OUT (default /tmp/fib_bench_out); $OUT/results/ is the small set to commit
+# under benchmarks/results/; the last lines printed are the summary.
 set -u
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -162,6 +163,13 @@ if has multi && { [ "$MULTI" = 1 ] || { [ "$MULTI" = auto ] && [ "$NGPU" -ge 2 ]
 fi
 
 # ---- summary ----------------------------------------------------------------------------------
+# what to commit under benchmarks/results/ (small files only)
+mkdir -p "$OUT/results"
+for f in report/report.html report/leaderboard.md report/report.json dispatch_table.json summary.json summary.txt \
+         bench_summary.json record.json zoo_check.json multi_gpu.json mg_one.json mg_all.json stages.log; do
+  [ -f "$OUT/$f" ] && cp "$OUT/$f" "$OUT/results/$(basename "$f")"
+done
+cp "$OUT"/report/fast_p_*.png "$OUT/results/" 2>/dev/null
 stamp "done; files under $OUT:"
 ( cd "$OUT" && find . -maxdepth 2 -type f | sort | head -60 )
 echo "---- zoo self-check";  grep -E "^zoo self-check|MISMATCH" "$OUT/zoo.log" 2>/dev/null | head -12
