@@ -151,7 +151,7 @@ def test_builtin_table_entries_import():
     for b in bt.BUILTINS:
         fn = b.load()
         assert callable(fn)
-        assert b.op_type in ("sampling", "cascade", "cascade_merge", "attention", "merge")
+        assert b.op_type in ("sampling", "cascade_merge", "cascade_attention")
     e = bt.find("top_k_top_p_sampling_from_probs_v128256")
     assert e is not None and e.callable_path.endswith(":top_k_top_p_sampling_from_probs")
     assert bt.find("top_k_sampling_from_probs_v151936").callable_path.endswith(":top_k_sampling_from_probs")
