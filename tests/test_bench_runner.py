@@ -177,3 +177,13 @@ def test_wall_clock_limit_then_resume(tmp_path):
     second = run_bench(Dataset.open(ds.root), definitions=["rmsnorm_h4096"], authors=["zoo"], cfg=BenchConfig(**FAST),
                        inline=True, progress=False)
     assert second.evaluated == 4 and second.not_started == 0
+
+
+def test_max_workloads_spreads_over_signatures(tmp_path):
+    from fib_runtime.bench.runner import plan
+
+    ds = fixture_dataset(tmp_path, n_workloads=14)
+    ds.add_solution(zoo(ds.definitions["rmsnorm_h4096"], include=["correct"])["correct"][0])
+    tasks, _ = plan(ds, ["rmsnorm_h4096"], authors=["zoo"], max_workloads=3)
+    sizes = [t.workload.workload.axes["batch_size"] for t in tasks]
+    assert sizes == [1, 64, 14509]          # smallest, middle, largest of the 14 fixture batch sizes

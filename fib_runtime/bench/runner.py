@@ -101,9 +101,18 @@ def parse_devices(spec: Optional[Union[str, Sequence[str]]]) -> List[str]:
     return out
 
 
+def _spread(workloads: List[Trace], d, n: Optional[int]) -> List[Trace]:
+    """At most ``n`` workloads, evenly spread over the definition's signatures (sorted)."""
+    if not n or len(workloads) <= n:
+        return workloads
+    ws = sorted(workloads, key=lambda t: (t.workload.signature(d.var_axes), t.workload.uuid))
+    idx = sorted({round(i * (len(ws) - 1) / max(n - 1, 1)) for i in range(n)})
+    return [ws[i] for i in idx]
+
+
 def plan(ds: Dataset, definitions=None, solutions=None, authors=None, *, baseline: str = "auto",
          reference: bool = False, builtin: bool = False, force: bool = False,
-         devices: Sequence[str] = ("cpu:0",)) -> tuple:
+         devices: Sequence[str] = ("cpu:0",), max_workloads: Optional[int] = None) -> tuple:
     """``(tasks, already_done)`` for a run (see module docstring)."""
     defs = [d for name, d in sorted(ds.definitions.items()) if _match(name, definitions)]
     on_cuda = any(x.startswith("cuda") for x in devices)
@@ -127,7 +136,7 @@ def plan(ds: Dataset, definitions=None, solutions=None, authors=None, *, baselin
         sols = [s for s in ds.solutions_for(d.name)
                 if _match(s.name, solutions) and (not authors or s.author in authors)]
         done = {(t.workload.uuid, t.solution) for t in ds.traces_for(d.name)}
-        for w in ds.workloads_for(d.name):
+        for w in _spread(ds.workloads_for(d.name), d, max_workloads):
             for s in sols:
                 if not force and (w.workload.uuid, s.name) in done:
                     done_count += 1
@@ -146,15 +155,17 @@ def run_bench(dataset: Union[str, Path, Dataset], definitions: Optional[Sequence
               devices: Optional[Union[str, Sequence[str]]] = None, cfg: Optional[BenchConfig] = None, *,
               baseline: str = "auto", reference: bool = False, builtin: bool = False, force: bool = False,
               progress: bool = True, inline: bool = False, dry_run: bool = False,
-              logdir: Optional[str] = None, max_wall_s: Optional[float] = None) -> BenchSummary:
+              logdir: Optional[str] = None, max_wall_s: Optional[float] = None,
+              max_workloads: Optional[int] = None) -> BenchSummary:
     """Plan and run (module docstring). ``max_wall_s``: start no evaluation after that many
-    seconds (in-flight ones finish); what did not start is reported and a later run resumes it."""
+    seconds (in-flight ones finish); what did not start is reported and a later run resumes it.
+    ``max_workloads``: per definition, at most that many workloads, spread over the signatures."""
     ds = dataset if isinstance(dataset, Dataset) else Dataset.open(dataset)
     cfg = cfg or BenchConfig()
     devs = parse_devices(devices)
     t0 = time.monotonic()
     tasks, done = plan(ds, definitions, solutions, authors, baseline=baseline, reference=reference,
-                       builtin=builtin, force=force, devices=devs)
+                       builtin=builtin, force=force, devices=devs, max_workloads=max_workloads)
     summary = BenchSummary(planned=len(tasks), already_done=done, devices=devs)
     if dry_run or not tasks:
         summary.wall_s = time.monotonic() - t0

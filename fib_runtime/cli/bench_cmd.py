@@ -4,7 +4,7 @@
               [--devices auto|cuda:0,cuda:1|cpu*2] [--timeout S] [--baseline auto|on|off]
               [--reference] [--builtin] [--force] [--warmup N] [--iterations N] [--trials N]
               [--graphs auto|on|off] [--no-l2-flush] [--tolerance PATTERN:atol=X,rtol=Y | FILE.json]
-              [--tvd-bound 0.2] [--tvd-samples N] [--support-trials N] [--inline] [--dry-run] [--max-wall S] [--summary-json PATH] [--json]
+              [--tvd-bound 0.2] [--tvd-samples N] [--support-trials N] [--inline] [--dry-run] [--max-workloads N] [--max-wall S] [--summary-json PATH] [--json]
 
 Resumable: (definition, workload, solution) triples that already have an evaluation trace are
 skipped (``--force`` re-runs them). One worker process per device; a solution that crashes or
@@ -53,6 +53,8 @@ def register(subparsers) -> None:
     p.add_argument("--dry-run", action="store_true", help="only plan: print how many evaluations would run")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--summary-json", metavar="PATH", help="also write the run summary as JSON to PATH")
+    p.add_argument("--max-workloads", type=int, metavar="N",
+                   help="per definition, at most N workloads, spread evenly over the signatures")
     p.add_argument("--max-wall", type=float, metavar="S",
                    help="start no evaluation after S seconds (in-flight ones finish; rerun to resume)")
     add_json_flag(p)
@@ -92,7 +94,8 @@ def cmd_bench(args) -> int:
     summary = run_bench(ds, definitions=args.definitions, solutions=args.solutions, authors=args.authors,
                         devices=args.devices, cfg=cfg, baseline=args.baseline, reference=args.reference,
                         builtin=args.builtin, force=args.force, progress=not args.no_progress and not args.json,
-                        inline=args.inline, dry_run=args.dry_run, max_wall_s=args.max_wall)
+                        inline=args.inline, dry_run=args.dry_run, max_wall_s=args.max_wall,
+                        max_workloads=args.max_workloads)
     if args.summary_json:
         import json
         from pathlib import Path
