@@ -27,7 +27,7 @@ namespace {
 struct DevInfo {
   int sms = 0, major = 0, optin = 0;
   int static_smem[3] = {0, 0, 0};
-  int stream_min_b = 48;  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
+  int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 constexpr size_t kStreamSmem = fs::kStreamSmemBytes;  // >= the 64 KB the per-row fallback needs
 constexpr int kMaxDev = 64;
@@ -93,7 +93,8 @@ constexpr int kHistBytes = 2 * fs::kHistBufBytes;
 
 // needs_hist: top-k or top-p present (radix histograms / candidate lists in shared memory); without
 // them (plain sampling, min-p) the slice alone is resident and smaller slices give 2 CTAs per SM.
-Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool needs_hist = true) {
+Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool needs_hist = true,
+                     bool topk_sampling = false) {
   Config c;
   const int hist_bytes = needs_hist ? kHistBytes : 0;
   int S;
@@ -113,6 +114,10 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool n
     // V=128256: S=8 33.6 us, S=6 22.2 us; at B=1 S=8 is still best (20.6 vs 21.5 us)
     if (B >= 8 && s_want > 6) s_want = 6;
     S = s_min > s_want ? s_min : s_want;
+    // top-k sampling at 48 <= B < the streaming threshold: the run-4 sweep (logits, k=50) measured
+    // V=128256 B=64: S=3 48.2 us (slices streamed from L2) < S=4 57.8 < S=5 61.8 < streaming 76.5;
+    // V=32000 B=64: S=2 19.7 < S=5 29.8; V=151936 B=64: S=4 66.4 < S=5 66.8 < streaming 82.2
+    if (topk_sampling && B >= 48) S = V > 140000 ? 4 : (V > 65536 ? 3 : 2);
   }
   if (S > fs::kMaxCluster) S = fs::kMaxCluster;
   if (S < 1) S = 1;
@@ -268,7 +273,8 @@ int64_t sample(TensorView input, Optional<TensorView> out_idx, Optional<TensorVi
   const DevInfo& d = dev_info(dev);
   // (temperature <= 0 turns a row into greedy = top-k 1, which needs the histogram space too)
   const bool needs_hist = p.has_topk || p.has_topp || (p.is_logits && (p.temp_arr || !(p.temp_val > 0.0f)));
-  const Config c = choose_config(d, B, V, dt, cluster > 0 ? static_cast<int>(cluster) : 0, needs_hist);
+  const Config c = choose_config(d, B, V, dt, cluster > 0 ? static_cast<int>(cluster) : 0, needs_hist,
+                                 p.mode == fs::kSample && p.has_topk);
   p.chunk = c.chunk;
   p.resident = c.resident;
   p.hist_bytes = c.hist_bytes;
@@ -290,8 +296,9 @@ int64_t current_stream(TensorView t) {
 
 tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster, int64_t device) {
   const DevInfo& d = dev_info(static_cast<int>(device));
+  // the geometry of a top-k sampling call (cluster kernel below the streaming threshold)
   Config c = choose_config(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(dt),
-                           cluster > 0 ? static_cast<int>(cluster) : 0);
+                           cluster > 0 ? static_cast<int>(cluster) : 0, true, true);
   fs::Params q = {};
   q.B = static_cast<int>(B);
   q.mode = fs::kSample;
