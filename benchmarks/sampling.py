@@ -416,7 +416,7 @@ def write_md(path, meta, grid, extra, host, acc, sweep):
           "wall = 1000 back-to-back calls then one sync (includes device time when that is larger); "
           "enqueue = the loop's clock while the GPU is kept busy (host cost alone).", "",
           "| call | wall µs | enqueue µs |", "|---|---:|---:|"]
-    wall, enq = host["wall_back_to_back_us"], host["host_enqueue_us"]
+    wall, enq = host.get("wall_back_to_back_us", {}), host.get("host_enqueue_us", {})
     for k in list(dict.fromkeys(list(wall) + list(enq))):
         w, e = wall.get(k), enq.get(k)
         L.append(f"| {k} | {'–' if w is None else f'{w:.2f}'} | {'–' if e is None else f'{e:.2f}'} |")
@@ -433,6 +433,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--skip-grid", action="store_true")
+    ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--skip-host", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -466,7 +468,7 @@ def main():
         meta["bench_seconds"] = time.time() - t0
         res["acceptance"] = acceptance(res["grid"], res["extra"]) if res["grid"] else {}
         (out / "sampling_h200.json").write_text(json.dumps(res, indent=1))
-        if res["host_cost_us"]:
+        if res["host_cost_us"] or res["grid"]:
             write_md(out / "sampling_h200.md", meta, res["grid"], res["extra"], res["host_cost_us"], res["acceptance"],
                      res["cluster_sweep"])
 
@@ -477,14 +479,16 @@ def main():
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        res["host_cost_us"] = run_host_cost(log)
+        if not args.skip_host:
+            res["host_cost_us"] = run_host_cost(log)
         if not args.skip_grid:
             res["grid"] = run_grid(args, log, res)
         save()
         if FI.ok:
             res["extra"] = run_extra(args, log)
         save()
-        res["cluster_sweep"] = run_cluster_sweep(log)
+        if not args.skip_sweep:
+            res["cluster_sweep"] = run_cluster_sweep(log)
     finally:
         save()
         log(json.dumps(res["acceptance"], indent=1))

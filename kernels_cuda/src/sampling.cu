@@ -29,7 +29,7 @@ struct DevInfo {
   int static_smem[3] = {0, 0, 0};
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
-constexpr size_t kStreamSmem = fs::kStreamSmemBytes;  // >= the 64 KB the per-row fallback needs
+constexpr size_t kStreamSmem = 2 * fs::kStreamBuf * sizeof(uint64_t);  // >= the 64 KB the per-row fallback needs
 constexpr int kMaxDev = 64;
 DevInfo g_dev[kMaxDev];
 std::atomic<bool> g_ready[kMaxDev];
