@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextvars
 import importlib
 import importlib.metadata as _md
+import itertools
 import logging
 import sys
 import threading
@@ -157,22 +158,35 @@ def check_dependency(dep: Dependency) -> Optional[str]:
 # the wrapper factory
 
 
-@dataclass
+def _identity(out: Any) -> Any:
+    return out
+
+
 class Call:
     """An intercepted call, bound to a definition: what :func:`make_wrapper` dispatches.
 
     ``adapt(outputs)`` turns a solution's outputs (the Definition's outputs, value-returning) into
     what the caller of the original expects (dtype casts, in-place writes, tuples).
+    ``definition_factory()`` builds the Definition dict (called once per name, for the registrar).
+    A plain ``__slots__`` class: built on every intercepted call.
     """
 
-    definition: str
-    inputs: tuple
-    names: tuple[str, ...]
-    adapt: Callable[[Any], Any] = staticmethod(lambda out: out)  # type: ignore[assignment]
-    definition_factory: Optional[Callable[[], dict]] = None
+    __slots__ = ("definition", "inputs", "names", "adapt", "definition_factory")
+
+    def __init__(self, definition: str, inputs: tuple, names: tuple,
+                 adapt: Callable[[Any], Any] = _identity,
+                 definition_factory: Optional[Callable[[], Any]] = None) -> None:
+        self.definition = definition
+        self.inputs = inputs
+        self.names = names
+        self.adapt = adapt
+        self.definition_factory = definition_factory
 
     def inputs_dict(self) -> dict:
         return dict(zip(self.names, self.inputs))
+
+    def __repr__(self) -> str:
+        return f"Call({self.definition!r}, names={self.names!r})"
 
 
 #: an op spec's ``bind(instance, args, kwargs) -> Call | None`` (None = not ours: run original)
@@ -180,25 +194,31 @@ Binder = Callable[[Any, tuple, dict], Optional[Call]]
 
 
 class _Stats:
+    """Counters ``(op, what) -> n``. The hot path bumps an ``itertools.count`` (``next(c)``: one
+    C call, atomic under the GIL, no lock); reads parse the counts (slow path only)."""
+
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.counts: dict[tuple[str, str], int] = {}
+        self.counters: dict[tuple[str, str], Any] = {}
 
     def bump(self, op: str, what: str) -> None:
-        with self.lock:
-            k = (op, what)
-            self.counts[k] = self.counts.get(k, 0) + 1
+        c = self.counters.get((op, what))
+        if c is None:
+            with self.lock:
+                c = self.counters.setdefault((op, what), itertools.count())
+        next(c)
 
     def snapshot(self) -> dict[str, dict[str, int]]:
-        with self.lock:
-            out: dict[str, dict[str, int]] = {}
-            for (op, what), n in self.counts.items():
+        out: dict[str, dict[str, int]] = {}
+        for (op, what), c in list(self.counters.items()):
+            n = c.__reduce__()[1][0]  # the next value = how many times next() ran
+            if n:
                 out.setdefault(op, {})[what] = n
-            return out
+        return out
 
     def reset(self) -> None:
         with self.lock:
-            self.counts.clear()
+            self.counters.clear()
 
 
 #: process-wide interception counters, by op: calls, dispatched, recorded, unbound, error_*...

@@ -49,17 +49,23 @@ def _defaults_ok(vals: dict, must: dict) -> bool:
     return True
 
 
-def _row(v: Any, batch: int, dtype: torch.dtype, device) -> Optional[torch.Tensor]:
-    """A per-row parameter as a ``[batch]`` tensor of ``dtype`` (scalars broadcast)."""
-    if isinstance(v, torch.Tensor):
-        if v.dim() == 0:
+_Tensor = torch.Tensor
+
+
+def _row(v: Any, batch: int, dtype: torch.dtype, ref: Any) -> Optional[torch.Tensor]:
+    """A per-row parameter as a ``[batch]`` tensor of ``dtype`` (scalars broadcast on the device
+    of ``ref``, a tensor or a device)."""
+    if type(v) is _Tensor or isinstance(v, _Tensor):
+        shape = v.shape
+        if len(shape) == 1 and shape[0] == batch:
+            return v if v.dtype is dtype else v.to(dtype)
+        if len(shape) == 0:
             return v.to(dtype).expand(batch).contiguous()
-        if v.dim() != 1 or v.shape[0] != batch or v.device != device:
-            return None
-        return v if v.dtype == dtype else v.to(dtype)
+        return None
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, (int, float)):
+        device = ref.device if isinstance(ref, _Tensor) else ref
         return torch.full((batch,), v, dtype=dtype, device=device)
     return None
 
@@ -80,30 +86,53 @@ class SamplingSpec:
     output: str = "samples"        # samples | probs | logits
 
     def bind(self, instance: Any, args: tuple, kwargs: dict) -> Optional[Call]:
-        vals = _collect(self.params, args, kwargs)
-        if vals is None or not _defaults_ok(vals, self.must_default):
-            return None
-        x = vals.get(self.main)
-        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype != torch.float32:
-            return None
-        batch, vocab = x.shape
-        kind = self.kind
-        if self.order_param:
-            order = vals.get("filter_apply_order", "top_k_first")
-            if order == "joint":
-                kind += "_joint"
-            elif order != "top_k_first":
+        nrows = len(self.rows)
+        if not kwargs and len(args) == nrows + 1:
+            # fast path (the engines' common form): every optional parameter at its default
+            x = args[0]
+            rows = args[1:]
+            kind = self.kind
+        else:
+            vals = _collect(self.params, args, kwargs)
+            if vals is None or not _defaults_ok(vals, self.must_default):
                 return None
-        inputs = [x]
-        for r in self.rows:
-            t = _row(vals.get(r), batch, _ROW_DTYPES[r], x.device)
-            if t is None:
-                return None
-            inputs.append(t)
-        names = (self.main,) + self.rows
-        return Call(_sampling_defs.name(kind, vocab), tuple(inputs), names,
-                    adapt=_ADAPT[self.output],
-                    definition_factory=_sampling_factory(kind, vocab))
+            x = vals.get(self.main)
+            rows = tuple(vals.get(r) for r in self.rows)
+            kind = self.kind
+            if self.order_param:
+                order = vals.get("filter_apply_order", "top_k_first")
+                if order == "joint":
+                    kind += "_joint"
+                elif order != "top_k_first":
+                    return None
+        if not isinstance(x, _Tensor) or x.dtype is not torch.float32:
+            return None
+        shape = x.shape
+        if len(shape) != 2:
+            return None
+        batch, vocab = shape
+        if nrows:
+            conv = []
+            for r, v in zip(self.rows, rows):
+                t = _row(v, batch, _ROW_DTYPES[r], x)
+                if t is None:
+                    return None
+                conv.append(t)
+            inputs = (x, *conv)
+        else:
+            inputs = (x,)
+        key = (kind, vocab)
+        meta = _META.get(key)
+        if meta is None:
+            meta = _META[key] = (_sampling_defs.name(kind, vocab), _sampling_factory(kind, vocab))
+        return Call(meta[0], inputs, self._names, _ADAPT[self.output], meta[1])
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_names", (self.main,) + self.rows)
+
+
+#: (kind, vocab) -> (definition name, definition factory)
+_META: Dict[tuple, tuple] = {}
 
 
 def _sampling_factory(kind: str, vocab: int) -> Callable[[], dict]:
