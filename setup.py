@@ -50,4 +50,27 @@ class build_py(_build_py):
         super().run()
 
 
-setup(cmdclass={"build_py": build_py})
+cmdclass = {"build_py": build_py}
+
+try:  # the .so files are Python-independent (tvm-ffi C ABI): tag the wheel py3-none-<platform>
+    try:
+        from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
+    except ImportError:  # older setuptools
+        from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
+
+    class bdist_wheel(_bdist_wheel):
+        def finalize_options(self):
+            super().finalize_options()
+            if any((HERE / "fib_runtime" / "kernels" / "_bin").glob("libfib_*.so")) or \
+                    os.environ.get("FIB_BUILD_KERNELS", "1") != "0":
+                self.root_is_pure = False
+
+        def get_tag(self):
+            python, abi, plat = super().get_tag()
+            return ("py3", "none", plat) if not self.root_is_pure else (python, abi, plat)
+
+    cmdclass["bdist_wheel"] = bdist_wheel
+except ImportError:
+    pass
+
+setup(cmdclass=cmdclass)
