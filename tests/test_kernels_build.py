@@ -200,3 +200,50 @@ def test_philox_reference_matches_known_vector():
     hdr = (REPO / "kernels_cuda" / "include" / "fib" / "sampling" / "common.cuh").read_text()
     for const in ("0xD2511F53u", "0xCD9E8D57u", "0x9E3779B9u", "0xBB67AE85u"):
         assert const in hdr
+
+
+def test_sampling_wrapper_marshalling(monkeypatch):
+    """The Python layer passes the right scalars/tensors to the library (no GPU: a fake library)."""
+    import torch
+
+    S = importlib.import_module("fib_runtime.kernels.sampling")
+    calls = []
+
+    def fake(*args):
+        calls.append(args)
+        return 1
+
+    monkeypatch.setattr(S, "_fn", fake)
+    x = torch.randn(3, 10)
+    k = torch.tensor([1, 2, 3], dtype=torch.int32)
+    p = torch.tensor([0.5, 0.9, 1.0])
+    out = S.top_k_top_p_sampling_from_logits(x, k, p, temperature=0.7, seed=5, offset=9)
+    assert out.shape == (3,) and out.dtype == torch.int64
+    a = calls[-1]
+    # (x, out_idx, out_vals, mode, is_logits, k_t, k_v, p_t, p_v, m_t, m_v, t_t, t_v, joint, s_t, s_v, o_t, o_v, cluster, stream)
+    assert a[0] is x and a[1] is out and a[2] is None and a[3] == 0 and a[4] == 1
+    assert a[5] is k and a[7] is p and a[9] is None and a[11] is None and abs(a[12] - 0.7) < 1e-9
+    assert a[13] == 0 and a[14] is None and a[15] == 5 and a[16] is None and a[17] == 9 and a[19] == -1
+    S.top_k_top_p_sampling_from_probs(x.softmax(-1), 50, 0.9, filter_apply_order="joint", seed=1, offset=2)
+    a = calls[-1]
+    assert a[4] == 0 and a[5] is None and a[6] == 50 and a[7] is None and abs(a[8] - 0.9) < 1e-6 and a[13] == 1
+    # int64 / 0-d tensors and float64 top_p are converted; device seed/offset tensors pass through
+    st = torch.tensor([3], dtype=torch.int64)
+    S.top_p_sampling_from_probs(x.softmax(-1), torch.tensor(0.8, dtype=torch.float64), seed=st, offset=st)
+    a = calls[-1]
+    assert a[7].dtype == torch.float32 and a[7].shape == (1,) and a[14] is st and a[16] is st
+    # default RNG: offsets advance per call
+    S.sampling_from_probs(x.softmax(-1))
+    o1 = calls[-1][17]
+    S.sampling_from_probs(x.softmax(-1))
+    assert calls[-1][17] == o1 + 1
+    # renorm / mask outputs
+    r = S.top_k_renorm_probs(x.softmax(-1), 3)
+    assert r.shape == x.shape and r.dtype == torch.float32 and calls[-1][3] == 1 and calls[-1][2] is r
+    m = S.top_k_mask_logits(x.to(torch.bfloat16), 3)
+    assert m.dtype == torch.bfloat16 and calls[-1][3] == 2 and calls[-1][4] == 1
+    # 1-D input
+    y = S.sampling_from_logits(x[0])
+    assert y.shape == ()
+    with pytest.raises(ValueError):
+        S.top_k_top_p_sampling_from_probs(x, 1, 0.5, filter_apply_order="bogus")
