@@ -35,6 +35,7 @@ class Disp:
 def env(monkeypatch, tmp_path):
     monkeypatch.setenv("FIB_PLUGIN_MARKER", str(tmp_path / "m.txt"))
     monkeypatch.setattr(sg, "_DONE_PID", None)
+    monkeypatch.setattr(sg, "_BACKEND_PID", None)
     monkeypatch.setattr(sg_backend, "_JOINT", None)
     base.STATS.reset()
     d = Disp()

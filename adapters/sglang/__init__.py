@@ -38,6 +38,7 @@ __all__ = ["register", "SGLangInstrumentor", "instrumentor"]
 
 _LOCK = threading.Lock()
 _DONE_PID: Optional[int] = None
+_BACKEND_PID: Optional[int] = None
 _CLS: Any = None
 
 
@@ -79,18 +80,24 @@ def __getattr__(name: str) -> Any:
 
 def register() -> None:
     """The ``sglang.srt.plugins`` entry point (and the autoload hook's). Re-entrant, never raises."""
-    global _DONE_PID
+    global _DONE_PID, _BACKEND_PID
     try:
+        from .backend import register_backend
+
+        pid = os.getpid()
         with _LOCK:
-            if _DONE_PID == os.getpid():
-                return
-            _DONE_PID = os.getpid()
+            first = _DONE_PID != pid
+            _DONE_PID = pid
+        backend_ok = _BACKEND_PID == pid
+        if not backend_ok:  # retried on a later call if SGLang's sampler was not ready
+            backend_ok = register_backend()
+            if backend_ok:
+                _BACKEND_PID = pid
+        if not first:
+            return
         from fib_runtime.adapters import apply_enabled, runtime_hooks, tracing_enabled, write_marker
 
         write_marker("sglang", "register")
-        from .backend import register_backend
-
-        backend_ok = register_backend()
         if not (apply_enabled() or tracing_enabled()):
             write_marker("sglang", f"backend={int(backend_ok)} patched=0")
             return

@@ -3,10 +3,12 @@
 The one-line ``fib_runtime_autoload.pth`` in site-packages runs in **every** Python process of
 the environment (pip included); it imports this module only when ``FIB_ENABLE_APPLY`` or
 ``FIB_ENABLE_TRACING`` is on, and this module only registers post-import hooks (wrapt) on
-SGLang's modules, importing nothing heavy itself. When a process imports SGLang's sampler (every
-scheduler does) or its server arguments (the main process, before argparse), the hook calls
+SGLang's sampler module, importing nothing heavy itself. When a process has imported SGLang's
+sampler (every scheduler does, before it builds its model runner), the hook calls
 :func:`fib_runtime.adapters.sglang.register`, which is re-entrant: with the plugin entry point
-also active, the work happens once per process. Spawned schedulers re-run ``site``, so the hook
+also active, the work happens once per process. (No hook on ``server_args``: it is imported
+while the sampler module is still initialising, and SGLang versions that need this fallback
+have no sampler-backend registry anyway.) Spawned schedulers re-run ``site``, so the hook
 reaches every one of them. A failure here is swallowed: it must never break interpreter start.
 """
 
@@ -26,8 +28,7 @@ def install() -> None:
     try:
         import wrapt
 
-        for name in ("sglang.srt.layers.sampler", "sglang.srt.server_args"):
-            wrapt.register_post_import_hook(_hook, name)
+        wrapt.register_post_import_hook(_hook, "sglang.srt.layers.sampler")
     except Exception:
         pass
 

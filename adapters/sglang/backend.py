@@ -124,6 +124,8 @@ def register_backend() -> bool:
         log.debug("fib-runtime: sglang sampler not importable", exc_info=True)
         return False
     reg = getattr(sm, "register_sampler_backend", None)
+    if reg is None and getattr(getattr(sm, "__spec__", None), "_initializing", False):
+        return False  # reached mid-import (a circular import): the caller retries later
     if reg is None:
         log.info("fib-runtime: this SGLang has no register_sampler_backend (< 0.5.10)")
         return False

@@ -63,3 +63,33 @@ def test_sampling_backend_fib_resolves_to_our_sampler(result):
 
 def test_uninstrument_restores(result):
     assert result["restored"]
+
+
+def test_pth_autoload_registers_in_a_real_sglang_process(tmp_path):
+    """The ``.pth`` hook (for SGLang without plugins): with FIB_ENABLE_APPLY=1, importing SGLang's
+    sampler calls register() (marker line, ``fib`` backend); without it nothing of ours loads."""
+    if not PY.exists():
+        pytest.skip("no engines venv")
+    src = Path(__file__).resolve().parents[2] / "adapters" / "sglang" / "fib_runtime_autoload.pth"
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / src.name).write_text(src.read_text())
+    code = (
+        "import site, sys; site.addsitedir(%r); sys.path.insert(0, %r); "
+        "import sglang_checks as c; c.stub_torchvision(); "
+        "loaded_before = 'fib_runtime' in sys.modules; "
+        "import sglang.srt.layers.sampler as sm; "
+        "print(loaded_before, 'fib' in sm._CUSTOM_SAMPLER_FACTORIES)" % (str(site_dir), str(HERE)))
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("FIB_")}
+    for flag, expect in (("1", "True True"), (None, "False False")):
+        marker = tmp_path / f"marker_{flag}.txt"
+        env = dict(base_env, FIB_PLUGIN_MARKER=str(marker), SGLANG_PLUGINS="none_of_them")
+        if flag:
+            env["FIB_ENABLE_APPLY"] = flag
+        r = subprocess.run([str(PY), "-c", code], capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.stdout.strip().splitlines()[-1] == expect, (flag, r.stdout, r.stderr[-2000:])
+        if flag:
+            assert "sglang register" in marker.read_text()
+        else:
+            assert not marker.exists()
