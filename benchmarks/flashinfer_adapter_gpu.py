@@ -44,7 +44,7 @@ import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after PYTHONPATH: an installed or mapped fib_runtime (adapters/, tracer/ inside) wins
 os.environ.setdefault("FIB_ENABLE_APPLY", "1")
 
 RESULT: dict = {"sections": {}, "errors": {}}

@@ -69,6 +69,8 @@ stamp "setup"
     cp -r adapters /tmp/fibsrc/fib_runtime/adapters && cp -r tracer /tmp/fibsrc/fib_runtime/tracer
 } >"$OUT/setup.log" 2>&1
 export PYTHONPATH=/tmp/fibsrc:/tmp/fi:/tmp/site:${PYTHONPATH:-}
+# the repo root (cwd) must not shadow /tmp/fibsrc: its fib_runtime/ lacks the mapped adapters/tracer
+export PYTHONSAFEPATH=1
 export FLASHINFER_WORKSPACE_BASE=/tmp/fiws FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 PYTHONUNBUFFERED=1
 export CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(which nvcc)")")")
 export FIB_CACHE_PATH=/tmp/fib-cache MPLBACKEND=Agg
