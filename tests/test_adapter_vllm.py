@@ -154,3 +154,20 @@ def test_register_never_raises(vl, monkeypatch):
     monkeypatch.setattr(vllm_adapter, "runtime_hooks", boom)
     vllm_adapter.register()  # logged, not raised
     assert not VllmInstrumentor().is_instrumented
+
+
+def test_friends_and_flashinfer_sample(vl):
+    from fakes import fake_flashinfer
+
+    d = Disp()
+    with fake_flashinfer.installed():
+        VllmInstrumentor().instrument(d, None)
+        FlashInferInstrumentor().instrument(d, None)
+        k = torch.full((3,), 4, dtype=torch.int32)
+        vl.topk.apply_top_k_only(_logits(), k)
+        vl.topk.apply_top_k_top_p_pytorch(_logits(), k, torch.full((3,), 0.5), allow_cpu_sync=True)
+        ids = vl.topk.flashinfer_sample(_logits(), None, torch.full((3,), 0.5))
+        assert ids.shape == (3,)
+        # one dispatch per outer call: the FlashInfer calls inside flashinfer_sample are nested
+        assert d.calls == ["top_k_top_p_mask_logits_v40"] * 2 + ["top_k_top_p_sampling_from_logits_v40"]
+        FlashInferInstrumentor().uninstrument()

@@ -21,8 +21,9 @@ Example (a server whose sampler is dispatched and whose fib_* counters show on `
 
 Targets (:data:`TARGETS`): ``TopKTopPSampler.forward_native / forward_cpu / forward_cuda`` (the
 class attributes, so samplers built later bind the wrapper; instances that already exist have
-their per-instance ``self.forward`` rebound), ``apply_top_k_top_p`` and every ``from ... import
-apply_top_k_top_p`` copy in ``vllm.*`` modules, plus the whole FlashInfer adapter (vLLM's
+their per-instance ``self.forward`` rebound), ``apply_top_k_top_p`` (+ ``_pytorch``,
+``apply_top_k_only``), ``flashinfer_sample``, and every ``from ... import`` copy of those in
+``vllm.*`` modules, plus the whole FlashInfer adapter (vLLM's
 ``flashinfer_sample`` reaches ``flashinfer.sampling.*`` by attribute). Modules not imported
 yet are patched by post-import hooks when vLLM imports them. Seeded requests, fp64 Gumbel and
 processed-logprobs modes run vLLM's own code (see :mod:`.ops`).
@@ -55,7 +56,11 @@ SAMPLER_METHODS = ("forward_native", "forward_cpu", "forward_cuda")
 TARGETS: tuple = tuple(
     [Target(_SAMPLER_MOD, f"TopKTopPSampler.{m}", "vllm_topk_topp_sample") for m in SAMPLER_METHODS]
     + [Target(_SAMPLER_MOD, "apply_top_k_top_p", "vllm_apply_top_k_top_p",
-              note="also bound by name in rejection_sampler, gpu/sample/*, watermarking")]
+              note="also bound by name in rejection_sampler, gpu/sample/*, watermarking"),
+       Target(_SAMPLER_MOD, "apply_top_k_top_p_pytorch", "vllm_apply_top_k_top_p"),
+       Target(_SAMPLER_MOD, "apply_top_k_only", "vllm_apply_top_k_only"),
+       Target(_SAMPLER_MOD, "flashinfer_sample", "vllm_flashinfer_sample",
+              note="bound by name in v1/worker/gpu/sample/sampler.py")]
 )
 
 

@@ -88,13 +88,45 @@ class SamplerForwardSpec:
 
 
 @dataclass(frozen=True)
-class ApplyTopKTopPSpec:
+class FlashInferSampleSpec:
+    """``flashinfer_sample(logits, k, p, generators={})`` (vLLM's GPU model runner binds it by
+    name): the same mapping as the sampler's forward; requests with generators stay vLLM's."""
+
     def bind(self, instance: Any, args: tuple, kwargs: dict) -> Optional[Call]:
-        if len(args) + len(kwargs) != 3:
+        if not 3 <= len(args) + len(kwargs) <= 4:
             return None
+        gens = _get(args, kwargs, 3, "generators")
+        call = SamplerForwardSpec().bind(None, (_get(args, kwargs, 0, "logits"), gens or {},
+                                                _get(args, kwargs, 1, "k"), _get(args, kwargs, 2, "p")), {})
+        if call is None or call.definition.startswith("sampling_from_logits"):
+            return None  # flashinfer_sample asserts k or p is given
+
+        def adapt(out: Any) -> Any:
+            return _samples(out)[0]
+
+        call.adapt = adapt
+        return call
+
+
+@dataclass(frozen=True)
+class ApplyTopKTopPSpec:
+    """``apply_top_k_top_p(logits, k, p)``, ``apply_top_k_top_p_pytorch(logits, k, p,
+    allow_cpu_sync=False)`` and ``apply_top_k_only(logits, k)`` (``k_only``)."""
+
+    k_only: bool = False
+
+    def bind(self, instance: Any, args: tuple, kwargs: dict) -> Optional[Call]:
+        n = len(args) + len(kwargs)
         logits = _get(args, kwargs, 0, "logits")
         k = _get(args, kwargs, 1, "k")
-        p = _get(args, kwargs, 2, "p")
+        if self.k_only:
+            if n != 2:
+                return None
+            p = None
+        else:
+            if n not in (3, 4) or (n == 4 and "allow_cpu_sync" not in kwargs and len(args) < 4):
+                return None
+            p = _get(args, kwargs, 2, "p")
         if k is None and p is None:
             return None  # the original returns logits untouched
         if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or logits.dtype != torch.float32:
@@ -117,5 +149,7 @@ class ApplyTopKTopPSpec:
 
 SPECS = {
     "vllm_topk_topp_sample": SamplerForwardSpec(),
+    "vllm_flashinfer_sample": FlashInferSampleSpec(),
     "vllm_apply_top_k_top_p": ApplyTopKTopPSpec(),
+    "vllm_apply_top_k_only": ApplyTopKTopPSpec(k_only=True),
 }

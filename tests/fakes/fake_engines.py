@@ -70,6 +70,21 @@ def apply_top_k_top_p(logits, k, p):
         logits = logits.scatter(1, idx, s.masked_fill(mask, float("-inf")))
     return logits
 
+def apply_top_k_top_p_pytorch(logits, k, p, allow_cpu_sync=False):
+    return apply_top_k_top_p(logits, k, p)
+
+def apply_top_k_only(logits, k):
+    return apply_top_k_top_p(logits, k, None)
+
+def flashinfer_sample(logits, k, p, generators={}):
+    import flashinfer
+    assert not (k is None and p is None)
+    if k is None:
+        return flashinfer.sampling.top_p_sampling_from_probs(logits.softmax(-1), p, deterministic=True).view(-1)
+    if p is None:
+        return flashinfer.sampling.top_k_sampling_from_probs(logits.softmax(-1), k, deterministic=True).view(-1)
+    return flashinfer.sampling.top_k_top_p_sampling_from_logits(logits, k, p, deterministic=True).view(-1)
+
 class TopKTopPSampler(torch.nn.Module):
     def __init__(self, logprobs_mode="raw_logprobs", use_fp64_gumbel=False):
         super().__init__()
