@@ -36,6 +36,7 @@ def env(monkeypatch, tmp_path):
     monkeypatch.setenv("FIB_PLUGIN_MARKER", str(tmp_path / "m.txt"))
     monkeypatch.setattr(sg, "_DONE_PID", None)
     monkeypatch.setattr(sg, "_BACKEND_PID", None)
+    monkeypatch.setattr(sg, "_ACTIVE_PID", None)
     monkeypatch.setattr(sg_backend, "_JOINT", None)
     base.STATS.reset()
     d = Disp()
@@ -44,7 +45,7 @@ def env(monkeypatch, tmp_path):
         fake.d = d
         fake.marker = tmp_path / "m.txt"
         yield fake
-        for inst in (sg.instrumentor(), FlashInferInstrumentor()):
+        for inst in (sg.instrumentor(), FlashInferInstrumentor(), sg._trigger()):
             if inst.is_instrumented:
                 inst.uninstrument()
 
@@ -65,11 +66,19 @@ def test_register_without_flags_only_adds_backend(env, monkeypatch):
     assert "fib" in env.server_args.SAMPLING_BACKEND_CHOICES
     assert env.sampler.top_k_top_p_min_p_sampling_from_probs_torch is orig
     assert env.marker.read_text().count("sglang register") == 1
+    assert not sg._trigger().is_instrumented
 
 
 def test_register_patches_lazy_and_torch_paths(env, monkeypatch):
     monkeypatch.setenv("FIB_ENABLE_APPLY", "1")
+    orig = env.sampler.top_k_top_p_min_p_sampling_from_probs_torch
     sg.register()
+    # the main process (no sampler built) stays unpatched: no dispatcher, no prometheus_client
+    assert env.sampler.top_k_top_p_min_p_sampling_from_probs_torch is orig
+    assert not sg.instrumentor().is_instrumented
+    env.sampler.create_sampler()  # what each scheduler's ModelRunner does: activates
+    assert sg.instrumentor().is_instrumented
+    assert "sglang activated" in env.marker.read_text()
     probs = torch.randn(3, 50).softmax(-1)
     s = env.sampler.Sampler()
     ids, _ = s._sample_from_probs(probs, _info(), None, False)
@@ -103,6 +112,7 @@ def test_fib_backend(env, monkeypatch):
 def test_missing_cuda_names_reported(env, monkeypatch):
     monkeypatch.setenv("FIB_ENABLE_APPLY", "1")
     sg.register()
+    env.sampler.create_sampler()
     rep = sg.instrumentor().last_report
     assert any(m.startswith("sglang.srt.layers.sampler:top_k_renorm_prob") for m in rep.missing)
     assert "sglang.srt.layers.sampler:top_k_top_p_sampling_from_probs" in rep.patched

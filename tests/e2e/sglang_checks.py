@@ -86,15 +86,6 @@ def main() -> None:
     sm.min_p_sampling_from_probs = LazyImport("flashinfer.sampling", "min_p_sampling_from_probs")
     from fib_runtime.adapters import sglang as sg
 
-    sg.register()
-    sg.register()  # re-entrant
-    rep = sg.instrumentor().last_report
-    # every target reached (patched) or reported missing
-    from fib_runtime.adapters.sglang.targets import TARGETS
-
-    accounted = set(rep.patched) | {m.split(" (")[0] for m in rep.missing} | set(rep.already)
-
-    # 1. SGLang's pytorch backend path reaches our patched torch sampler
     NS = types.SimpleNamespace
     exec_bag = NS(kernel=NS(sampling_backend="pytorch"),
                   deterministic=NS(rl_on_policy_target=None, enable_deterministic_inference=False),
@@ -104,6 +95,18 @@ def main() -> None:
     sm.get_parallel = lambda: NS(tp_group=NS(device_group=None))
     sm.is_dp_attention_enabled = lambda: False
     sm.get_server_args = lambda: None
+    sg.register()
+    sg.register()  # re-entrant
+    # main-process safety: nothing patched (no dispatcher) until a sampler is built
+    patched_before_create = sg.instrumentor().is_instrumented
+    created_plain = type(sm.create_sampler()).__name__  # as ModelRunner does: activates
+    rep = sg.instrumentor().last_report
+    # every target reached (patched) or reported missing
+    from fib_runtime.adapters.sglang.targets import TARGETS
+
+    accounted = set(rep.patched) | {m.split(" (")[0] for m in rep.missing} | set(rep.already)
+
+    # 1. SGLang's pytorch backend path reaches our patched torch sampler
     B, V = 4, 97
     probs = torch.randn(B, V).softmax(-1)
     info = types.SimpleNamespace(top_ks=torch.tensor([1, 5, 1 << 30, 10], dtype=torch.int32),
@@ -158,6 +161,7 @@ def main() -> None:
         seeded_error = f"{type(e).__name__}: {e}"[:200]
     seeded_calls = list(calls)
     sg.instrumentor().uninstrument()
+    sg._trigger().uninstrument()
     restored = not hasattr(sm.top_k_top_p_min_p_sampling_from_probs_torch, "_self_wrapper")
     print(json.dumps({
         "sglang_version": __import__("sglang").__version__, "import_sampler_s": round(import_s, 2),
@@ -168,7 +172,8 @@ def main() -> None:
         "ids_dtype": str(ids.dtype), "fib_ids_dtype": str(ids2.dtype),
         "backend_choices_has_fib": "fib" in SAMPLING_BACKEND_CHOICES, "parsed_backend": parsed,
         "create_sampler": created, "factory_registered": factory_is_ours, "fib_backend_calls": fib_calls, "seeded_calls": seeded_calls, "seeded_error": seeded_error,
-        "restored": restored, "seconds": round(time.time() - t0, 1)}))
+        "restored": restored, "patched_before_create": patched_before_create,
+        "created_plain": created_plain, "seconds": round(time.time() - t0, 1)}))
 
 
 if __name__ == "__main__":

@@ -61,6 +61,13 @@ def test_sampling_backend_fib_resolves_to_our_sampler(result):
     assert result["seeded_calls"] == []
 
 
+def test_activation_waits_for_the_sampler(result):
+    # register() in the main process patches nothing (the dispatcher and prometheus_client start
+    # only where a sampler is built); create_sampler() -- each scheduler's ModelRunner -- activates
+    assert result["patched_before_create"] is False
+    assert result["created_plain"] == "Sampler"
+
+
 def test_uninstrument_restores(result):
     assert result["restored"]
 
