@@ -191,7 +191,12 @@ def sampling(batch: int, vocab: int, draws: int):
             tvd = _tvd(a, b, vocab)
         after = base.stats()
         op = [o for o in after if after[o].get("calls", 0) != before.get(o, {}).get("calls", 0)]
+        m = int(support[0].sum())
+        # two independent empirical histograms over m tokens with `draws` samples each differ by
+        # about sqrt(m / (pi * draws)) in TVD even for identical samplers: read tvd against it
+        noise = round(min(1.0, (m / (3.14159 * draws)) ** 0.5), 3)
         out[name] = {"valid": valid, "dtype": str(ids.dtype), "tvd_vs_flashinfer_row0": tvd,
+                     "support_row0": m, "tvd_noise_level": noise,
                      "ops": {o: {kk: after[o].get(kk, 0) - before.get(o, {}).get(kk, 0)
                                  for kk in ("calls", "dispatched", "fallback", "unbound")} for o in op}}
     # SGLang min-p path: renorm k -> renorm p -> min-p
