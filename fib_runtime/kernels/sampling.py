@@ -236,6 +236,16 @@ def top_k_top_p_sampling_from_logits(logits, top_k, top_p, temperature=None, *, 
                  joint=_joint(filter_apply_order), seed=seed, offset=offset, generator=generator, out=out)
 
 
+def top_k_top_p_sampling_from_probs_joint(probs, top_k, top_p, **kw):
+    """``filter_apply_order="joint"`` (SGLang's order): the ``*_joint_v{V}`` definitions' entry."""
+    return top_k_top_p_sampling_from_probs(probs, top_k, top_p, filter_apply_order="joint", **kw)
+
+
+def top_k_top_p_sampling_from_logits_joint(logits, top_k, top_p, temperature=None, **kw):
+    """``filter_apply_order="joint"`` from logits: the ``*_joint_v{V}`` definitions' entry."""
+    return top_k_top_p_sampling_from_logits(logits, top_k, top_p, temperature, filter_apply_order="joint", **kw)
+
+
 # ---------------------------------------------------------------- renorm / mask helpers
 def top_k_renorm_probs(probs, top_k, *, out=None):
     """probs with everything outside the top-k set to 0, renormalised (float32)."""
