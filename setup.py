@@ -48,6 +48,16 @@ class build_py(_build_py):
         # the freshly built .so files are picked up.
         self.__dict__.pop("data_files", None)
         super().run()
+        # SGLang activation without plugins: a .pth at the root of site-packages, gated by
+        # FIB_ENABLE_APPLY / FIB_ENABLE_TRACING (adapters/sglang/_autoload.py). A wheel puts
+        # top-level files of build_lib at the root of site-packages.
+        pth = HERE / "adapters" / "sglang" / "fib_runtime_autoload.pth"
+        if pth.is_file():
+            self.copy_file(str(pth), os.path.join(self.build_lib, pth.name))
+
+    def get_outputs(self, include_bytecode=1):
+        outs = super().get_outputs(include_bytecode)
+        return outs + [os.path.join(self.build_lib, "fib_runtime_autoload.pth")]
 
 
 cmdclass = {"build_py": build_py}
