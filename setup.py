@@ -17,9 +17,16 @@ import sys
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.dist import Distribution
 from setuptools.command.build_py import build_py as _build_py
 
 HERE = Path(__file__).resolve().parent
+
+
+def _ships_binaries() -> bool:
+    """True when the wheel will hold compiled kernels (already built, or to be built now)."""
+    built = any((HERE / "fib_runtime" / "kernels" / "_bin").glob("libfib_*.so"))
+    return built or os.environ.get("FIB_BUILD_KERNELS", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _build_kernels() -> None:
@@ -71,8 +78,7 @@ try:  # the .so files are Python-independent (tvm-ffi C ABI): tag the wheel py3-
     class bdist_wheel(_bdist_wheel):
         def finalize_options(self):
             super().finalize_options()
-            if any((HERE / "fib_runtime" / "kernels" / "_bin").glob("libfib_*.so")) or \
-                    os.environ.get("FIB_BUILD_KERNELS", "1") != "0":
+            if _ships_binaries():
                 self.root_is_pure = False
 
         def get_tag(self):
@@ -83,4 +89,14 @@ try:  # the .so files are Python-independent (tvm-ffi C ABI): tag the wheel py3-
 except ImportError:
     pass
 
-setup(cmdclass=cmdclass)
+
+
+class BinaryDistribution(Distribution):
+    """With kernels, the whole package is platform-specific: it installs to platlib, so a wheel
+    holds ``fib_runtime/`` at its root (not under ``.data/purelib``)."""
+
+    def has_ext_modules(self):
+        return _ships_binaries()
+
+
+setup(cmdclass=cmdclass, distclass=BinaryDistribution)

@@ -117,7 +117,9 @@ def test_built_wheel_layout_and_imports(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     (whl,) = (tmp_path / "w").glob("fib_runtime-*.whl")
     names = zipfile.ZipFile(whl).namelist()
-    assert {n.split("/")[0] for n in names} == {"fib_runtime", whl.name.split("-py")[0] + ".dist-info"}
+    # the .pth at the root activates the SGLang hook (gated by FIB_ENABLE_APPLY/TRACING)
+    assert {n.split("/")[0] for n in names} == {"fib_runtime", "fib_runtime_autoload.pth",
+                                                 whl.name.split("-py")[0] + ".dist-info"}
     for pkg in PACKAGES:
         assert "/".join(pkg.split(".")) + "/__init__.py" in names, pkg
     from fib_runtime.default_dataset import default_dataset_path
