@@ -118,6 +118,8 @@ class DecideMixin:
             return f"quarantined ({self.quarantined[name]})"
         if not self.solution_ok(name):
             return "denied by allow/deny lists"
+        if self.is_baseline(name):  # stands for the original: nothing to load
+            return None
         if name not in self.solutions:
             return "solution not in the dataset"
         if name not in self.loaded:
@@ -126,6 +128,12 @@ class DecideMixin:
                 return None
             return f"failed to load: {err}" if err else "not loaded (run `fib warmup` or enable with warmup)"
         return None
+
+    def is_baseline(self, name: str) -> bool:
+        """True for a solution by author ``baseline``: the library API the call site already calls
+        (flashinfer-bench's convention; ``fib bench --baseline`` writes them)."""
+        sol = self.solutions.get(name)
+        return sol is not None and sol.author == "baseline"
 
     def select(self, name: str, sig: Tuple[int, ...], inputs=None,
                supports_memo: Optional[Dict[str, bool]] = None) -> Selection:
@@ -178,6 +186,10 @@ class DecideMixin:
         if sel.solution is None:
             quarantined = any(w.startswith("quarantined") for _, w in sel.skipped)
             d = self._fallback_decision(e, "quarantined" if quarantined else "fallback_miss", sel.detail)
+        elif self.is_baseline(sel.solution):
+            # The measured winner is the baseline, i.e. the original call: run it unchanged.
+            d = self._fallback_decision(e, "original_best", f"{sel.solution} (baseline = the original) "
+                                                            f"is the fastest: {sel.detail}")
         else:
             d = self._hit_decision(e, sel, axes, inputs)
         d.fib_selection = sel
