@@ -56,6 +56,8 @@ def explain_text(rt, name: str, axes: Dict[str, int]) -> str:
         lines.append(f"decision    ORIGINAL (fallback) [{sel.rule}]: {sel.detail}")
     else:
         lines.append(f"decision    {sel.solution}  [{sel.rule}] {sel.detail}")
+        if rt.is_baseline(sel.solution):
+            lines.append("            -> a baseline: the ORIGINAL call runs unchanged (outcome original_best)")
     if tab is not None:
         by_data = tab.select(sig, lambda n: None, rt.max_distance)
         if by_data.solution != sel.solution:

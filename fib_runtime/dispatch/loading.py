@@ -144,7 +144,8 @@ class LoadingMixin:
             return {}
         out: Dict[str, Any] = {}
         for n in dict.fromkeys(names):
-            if n in sols and self.solution_ok(n):
+            # a baseline stands for the original call (decide.is_baseline): never loaded
+            if n in sols and self.solution_ok(n) and getattr(sols[n], "author", None) != "baseline":
                 got = self._load_one(sols[n])
                 if got is not None:
                     out[n] = got
