@@ -105,6 +105,11 @@ def _order_value(value: Any, dumped: Any) -> Any:
     return dumped
 
 
+def is_absolute_path(v: str) -> bool:
+    """POSIX or Windows absolute (``/x``, ``\\x``, ``C:...``): never allowed in dataset paths."""
+    return v.startswith("/") or v.startswith("\\") or (len(v) > 1 and v[1] == ":")
+
+
 def _finite(x: Any) -> Any:
     """Replace NaN/inf floats (anywhere in a JSON tree) with pydantic's string spelling."""
     if isinstance(x, dict):

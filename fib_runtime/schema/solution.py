@@ -19,7 +19,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from ._base import TraceModel, dialect_of
+from ._base import TraceModel, is_absolute_path, dialect_of
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 
@@ -34,7 +34,7 @@ class SourceFile(TraceModel):
     @field_validator("path")
     @classmethod
     def _safe_path(cls, v: str) -> str:
-        if v.startswith("/") or v.startswith("\\") or (len(v) > 1 and v[1] == ":"):
+        if is_absolute_path(v):
             raise ValueError(f"source path must be relative: {v!r}")
         parts = v.replace("\\", "/").split("/")
         if ".." in parts:

@@ -17,7 +17,7 @@ from typing import Annotated, Dict, Literal, Union
 
 from pydantic import Field, field_validator
 
-from ._base import TraceModel
+from ._base import TraceModel, is_absolute_path
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 
@@ -39,7 +39,7 @@ class SafetensorsInput(TraceModel):
     @field_validator("path")
     @classmethod
     def _relative(cls, v: str) -> str:
-        if v.startswith("/") or v.startswith("\\") or (len(v) > 1 and v[1] == ":"):
+        if is_absolute_path(v):
             raise ValueError(f"blob path must be relative to the dataset root: {v!r}")
         norm = posixpath.normpath(v.replace("\\", "/"))
         if norm == ".." or norm.startswith("../"):
