@@ -58,6 +58,12 @@ void check_launch(const char* what) {
 // merge kernel variant: 0 = 2 rows/thread, 1 = 4 rows/thread, 2 = 2 rows + streaming cache hints,
 // 3 = 4 rows + streaming hints, 4 = 1 row/thread, 5 = 1 row + streaming hints, 6 = 1 row, 512-thread
 // blocks, 7 = persistent grid-stride (merge_state only; in place uses 4). Default: 4 (H200, 2026-12-01: 1 row/thread beat 2 and 4 rows; see benchmarks/results).
+// 8+ (merge_state only; in place runs as 4): 8 = TMA bulk-copy persistent ring (sm_90: 8 KB tiles,
+// 4 stages, grid = SMs x resident CTAs), 9 = 8 + L2 evict_first cache policy on every bulk copy,
+// 10 = TMA one-shot (one 16 KB tile per CTA, grid = tiles), 11 = 1 row/thread with
+// ld.global.nc + L2 evict_first policy + L2::256B prefetch loads, 12 = 2 rows/thread, 128-thread
+// blocks, hinted loads AND evict_first stores. TMA variants fall back to 4 below sm_90 or on
+// pointers not 16-byte aligned.
 int g_merge_variant = 4;
 
 template <typename T, int U, bool ST, bool BIG = false>
@@ -101,10 +107,104 @@ void launch_merge_state_persistent(const TensorView& va, const TensorView& sa, c
   check_launch("merge_state");
 }
 
+template <typename T, int U, bool SHINT>
+void launch_merge_state_hint(const TensorView& va, const TensorView& sa, const TensorView& vb,
+                             const TensorView& sb, const TensorView& vo, const TensorView& so,
+                             cudaStream_t st, int threads) {
+  int64_t rows = va.size(0) * va.size(1);
+  int tpr = static_cast<int>(va.size(2) / 8);
+  if (rows == 0 || tpr == 0) return;
+  int rpb = (tpr <= threads ? threads : 256) / tpr;
+  int64_t blocks = (rows + rpb * U - 1) / (rpb * U);
+  merge_state_hint_kernel<T, U, SHINT><<<static_cast<unsigned>(blocks), dim3(tpr, rpb), 0, st>>>(
+      static_cast<const T*>(va.data_ptr()), static_cast<const float*>(sa.data_ptr()),
+      static_cast<const T*>(vb.data_ptr()), static_cast<const float*>(sb.data_ptr()),
+      static_cast<T*>(vo.data_ptr()), static_cast<float*>(so.data_ptr()), static_cast<int>(rows));
+  check_launch("merge_state");
+}
+
+int device_cc_major() {
+  static int cc = -1;
+  if (cc < 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev);
+  }
+  return cc;
+}
+
+bool aligned16(const TensorView& t) {
+  return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0;
+}
+
+// TMA variants; false when not applicable here (caller falls back).
+template <typename T, int STAGES, bool HINT>
+bool launch_merge_state_tma(const TensorView& va, const TensorView& sa, const TensorView& vb,
+                            const TensorView& sb, const TensorView& vo, const TensorView& so,
+                            cudaStream_t st, int tile_target_bytes, bool persistent) {
+  if (device_cc_major() < 9) return false;
+  for (const TensorView* t : {&va, &sa, &vb, &sb, &vo, &so})
+    if (!aligned16(*t)) return false;
+  int64_t rows = va.size(0) * va.size(1);
+  int tpr = static_cast<int>(va.size(2) / 8);
+  if (rows == 0 || tpr == 0) return true;
+  if (rows > (int64_t{1} << 31) - 4096) return false;
+  const int row_bytes = tpr * 16;
+  int tile_rows = (tile_target_bytes / row_bytes) & ~3;
+  if (tile_rows < 4) tile_rows = 4;
+  const int smem = merge_tma_smem_bytes(STAGES, tile_rows, row_bytes);
+  auto kern = merge_state_tma_kernel<T, STAGES, HINT>;
+  static int smem_set = 0;  // per instantiation: largest dynamic smem opted in so far
+  if (smem > 48 * 1024 && smem > smem_set) {
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    smem_set = smem;
+  }
+  const int64_t tiles = (rows + tile_rows - 1) / tile_rows;
+  int64_t grid = tiles;
+  if (persistent) {
+    static int cached_smem = -1, cached_grid = 0;
+    if (cached_smem != smem) {
+      int dev = 0, sms = 0, per = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, 256, smem);
+      cached_grid = sms * (per > 0 ? per : 1);
+      cached_smem = smem;
+    }
+    if (grid > cached_grid) grid = cached_grid;
+  }
+  if (grid > 0x7fffffff) return false;
+  kern<<<static_cast<unsigned>(grid), 256, smem, st>>>(
+      static_cast<const T*>(va.data_ptr()), static_cast<const float*>(sa.data_ptr()),
+      static_cast<const T*>(vb.data_ptr()), static_cast<const float*>(sb.data_ptr()),
+      static_cast<T*>(vo.data_ptr()), static_cast<float*>(so.data_ptr()), static_cast<int>(rows),
+      tpr, tile_rows);
+  check_launch("merge_state");
+  return true;
+}
+
 template <typename T>
 void launch_merge_state(const TensorView& va, const TensorView& sa, const TensorView& vb,
                         const TensorView& sb, const TensorView& vo, const TensorView& so,
                         cudaStream_t st, int variant) {
+  switch (variant) {
+    case 8:
+      if (launch_merge_state_tma<T, 4, false>(va, sa, vb, sb, vo, so, st, 8192, true)) return;
+      break;
+    case 9:
+      if (launch_merge_state_tma<T, 4, true>(va, sa, vb, sb, vo, so, st, 8192, true)) return;
+      break;
+    case 10:
+      if (launch_merge_state_tma<T, 1, false>(va, sa, vb, sb, vo, so, st, 16384, false)) return;
+      break;
+    case 11: return launch_merge_state_hint<T, 1, false>(va, sa, vb, sb, vo, so, st, 256);
+    case 12: return launch_merge_state_hint<T, 2, true>(va, sa, vb, sb, vo, so, st, 128);
+    default: break;
+  }
   switch (variant) {
     case 7: return launch_merge_state_persistent<T>(va, sa, vb, sb, vo, so, st);
     case 0: return launch_merge_state_u<T, 2, false>(va, sa, vb, sb, vo, so, st);
@@ -444,7 +544,7 @@ int64_t max_stages(int64_t head_dim, int64_t tile_rows) {
 
 int64_t set_merge_variant(int64_t v) {
   int old = g_merge_variant;
-  if (v >= 0 && v <= 7) g_merge_variant = static_cast<int>(v);
+  if (v >= 0 && v <= 12) g_merge_variant = static_cast<int>(v);
   return old;
 }
 

@@ -98,6 +98,292 @@ __global__ void __launch_bounds__(256) merge_state_persistent_kernel(
   }
 }
 
+// ---------------------------------------------------------------- bandwidth variants (8+)
+// 16-byte global load / store with an L2 cache policy (createpolicy.fractional evict_first) and
+// the L2::256B prefetch-size hint on loads (read-only path, no L1 allocation). sm_80+.
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint4 ld16_hint(const void* ptr, uint64_t pol) {
+  uint4 u;
+  asm volatile(
+      "ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+      : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+      : "l"(ptr), "l"(pol));
+  return u;
+}
+__device__ __forceinline__ void st16_hint(void* ptr, uint4 u, uint64_t pol) {
+  asm volatile("st.global.L1::no_allocate.L2::cache_hint.v4.u32 [%0], {%1,%2,%3,%4}, %5;" ::"l"(ptr),
+               "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w), "l"(pol)
+               : "memory");
+}
+template <typename T>
+__device__ __forceinline__ void unpack8(uint4 u, float* f) {
+  float2 a = TypeTraits<T>::unpack(u.x), b = TypeTraits<T>::unpack(u.y),
+         c = TypeTraits<T>::unpack(u.z), d = TypeTraits<T>::unpack(u.w);
+  f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
+  f[4] = c.x; f[5] = c.y; f[6] = d.x; f[7] = d.y;
+}
+template <typename T>
+__device__ __forceinline__ uint4 pack8(const float* f) {
+  uint4 u;
+  u.x = TypeTraits<T>::pack(f[0], f[1]);
+  u.y = TypeTraits<T>::pack(f[2], f[3]);
+  u.z = TypeTraits<T>::pack(f[4], f[5]);
+  u.w = TypeTraits<T>::pack(f[6], f[7]);
+  return u;
+}
+
+// merge_state with cache-policy hints (variants 11, 12): layout and UNROLL as merge_state_kernel;
+// loads ld.global.nc + L2 evict_first policy + L2::256B prefetch; stores optionally with the same
+// evict_first policy (SHINT), else plain.
+template <typename T, int UNROLL, bool SHINT>
+__global__ void __launch_bounds__(256) merge_state_hint_kernel(
+    const T* __restrict__ va, const float* __restrict__ sa, const T* __restrict__ vb,
+    const float* __restrict__ sb, T* __restrict__ vo, float* __restrict__ so, int num_rows) {
+  const int tpr = blockDim.x, rpb = blockDim.y, cx = threadIdx.x;
+  const uint64_t pol = l2_policy_evict_first();
+  uint4 a[UNROLL], b[UNROLL];
+  float xa[UNROLL], xb[UNROLL];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const int row = (blockIdx.x * UNROLL + u) * rpb + threadIdx.y;
+    if (row < num_rows) {
+      const int64_t e = (static_cast<int64_t>(row) * tpr + cx) * 8;
+      xa[u] = __ldg(sa + row);
+      xb[u] = __ldg(sb + row);
+      a[u] = ld16_hint(va + e, pol);
+      b[u] = ld16_hint(vb + e, pol);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const int row = (blockIdx.x * UNROLL + u) * rpb + threadIdx.y;
+    if (row >= num_rows) continue;
+    const int64_t e = (static_cast<int64_t>(row) * tpr + cx) * 8;
+    float wa, wb, sm, fa[8], fb[8], o[8];
+    merge2_weights(xa[u], xb[u], wa, wb, sm);
+    unpack8<T>(a[u], fa);
+    unpack8<T>(b[u], fb);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = wa * fa[i] + wb * fb[i];
+    if (SHINT)
+      st16_hint(vo + e, pack8<T>(o), pol);
+    else
+      *reinterpret_cast<uint4*>(vo + e) = pack8<T>(o);
+    if (so != nullptr && cx == 0) so[row] = sm;
+  }
+}
+
+// ---- TMA (sm_90 bulk async copy) primitives; bodies compiled only for sm_90+.
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_fence_init() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@!P1 bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+template <bool HINT>
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes,
+                                         uint32_t bar, uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (HINT)
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+        "[%1], %2, [%3], %4;" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+        : "memory");
+  else
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            dst),
+        "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+#endif
+}
+template <bool HINT>
+__device__ __forceinline__ void bulk_s2g(void* dst, uint32_t src, uint32_t bytes, uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (HINT)
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(
+                     dst),
+                 "r"(src), "r"(bytes), "l"(pol)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// Shared-memory bytes of merge_state_tma_kernel: STAGES x (va tile, vb tile, sa, sb), two
+// output tiles, STAGES mbarriers. tile_rows is a multiple of 4 (16-byte s copies).
+__host__ __device__ inline int merge_tma_smem_bytes(int stages, int tile_rows, int row_bytes) {
+  const int tile = tile_rows * row_bytes;
+  return stages * (2 * tile + 8 * tile_rows) + 2 * tile + 8 * stages;
+}
+
+// merge_state through TMA bulk copies (variants 8, 9, 10), sm_90. blockDim.x = 256 (1-D).
+// The rows are cut into tiles of tile_rows rows (tile_rows % 4 == 0); CTA b handles tiles
+// b, b + gridDim.x, ... through a STAGES-deep ring: thread 0 issues cp.async.bulk global->shared
+// of the va / vb tiles and of the 16-byte-aligned head of the sa / sb tile (a tail of < 4 rows is
+// read from global), completion on the stage's mbarrier; all threads merge from shared memory into
+// one of two output tiles, which thread 0 writes back with cp.async.bulk shared->global (bulk
+// group); s_out is stored directly. HINT: L2 evict_first cache policy on every bulk copy.
+// Requires 16-byte aligned va / vb / vo / sa / sb (checked by the launcher).
+// Fallback below sm_90 (never launched there by the host): a plain grid-stride loop.
+template <typename T, int STAGES, bool HINT>
+__global__ void __launch_bounds__(256) merge_state_tma_kernel(
+    const T* __restrict__ va, const float* __restrict__ sa, const T* __restrict__ vb,
+    const float* __restrict__ sb, T* __restrict__ vo, float* __restrict__ so, int num_rows,
+    int tpr, int tile_rows) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, nthr = blockDim.x;
+  const int row_bytes = tpr * 16;
+  const int tile_bytes = tile_rows * row_bytes;
+  const int stage_bytes = 2 * tile_bytes + 8 * tile_rows;
+  uint8_t* out_base = smem + STAGES * stage_bytes;
+  const uint32_t smem0 = smem_u32(smem);
+  const uint32_t bar0 = smem0 + STAGES * stage_bytes + 2 * tile_bytes;
+  const int num_tiles = (num_rows + tile_rows - 1) / tile_rows;
+  uint64_t pol = 0;
+  if (HINT) pol = l2_policy_evict_first();
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) mbar_init(bar0 + 8 * s, 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  auto issue = [&](int k) {  // thread 0 only
+    const int tile = blockIdx.x + k * gridDim.x;
+    if (tile >= num_tiles) return;
+    const int s = k % STAGES;
+    const int start = tile * tile_rows;
+    const int rows = min(tile_rows, num_rows - start);
+    const uint32_t vbytes = static_cast<uint32_t>(rows) * row_bytes;
+    const int srows = rows & ~3;
+    const uint32_t bar = bar0 + 8 * s;
+    const uint32_t st = smem0 + s * stage_bytes;
+    mbar_expect_tx(bar, 2 * vbytes + 8 * srows);
+    const int64_t e = static_cast<int64_t>(start) * tpr * 8;
+    bulk_g2s<HINT>(st, va + e, vbytes, bar, pol);
+    bulk_g2s<HINT>(st + tile_bytes, vb + e, vbytes, bar, pol);
+    if (srows > 0) {
+      bulk_g2s<HINT>(st + 2 * tile_bytes, sa + start, 4 * srows, bar, pol);
+      bulk_g2s<HINT>(st + 2 * tile_bytes + 4 * tile_rows, sb + start, 4 * srows, bar, pol);
+    }
+  };
+  if (tid == 0) {
+#pragma unroll
+    for (int k = 0; k < STAGES; ++k) issue(k);
+  }
+  for (int k = 0;; ++k) {
+    const int tile = blockIdx.x + k * gridDim.x;
+    if (tile >= num_tiles) break;
+    const int s = k % STAGES;
+    const int start = tile * tile_rows;
+    const int rows = min(tile_rows, num_rows - start);
+    const int srows = rows & ~3;
+    mbar_wait(bar0 + 8 * s, (k / STAGES) & 1);
+    const uint8_t* st = smem + s * stage_bytes;
+    const float* ssa = reinterpret_cast<const float*>(st + 2 * tile_bytes);
+    const float* ssb = ssa + tile_rows;
+    uint8_t* ob = out_base + (k & 1) * tile_bytes;
+    const int nchunks = rows * tpr;
+    for (int c = tid; c < nchunks; c += nthr) {
+      const int r = c / tpr;
+      float xa, xb;
+      if (r < srows) {
+        xa = ssa[r];
+        xb = ssb[r];
+      } else {
+        xa = __ldg(sa + start + r);
+        xb = __ldg(sb + start + r);
+      }
+      float wa, wb, sm, fa[8], fb[8], o[8];
+      merge2_weights(xa, xb, wa, wb, sm);
+      unpack8<T>(*reinterpret_cast<const uint4*>(st + 16 * c), fa);
+      unpack8<T>(*reinterpret_cast<const uint4*>(st + tile_bytes + 16 * c), fb);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[i] = wa * fa[i] + wb * fb[i];
+      *reinterpret_cast<uint4*>(ob + 16 * c) = pack8<T>(o);
+      if (so != nullptr && c - r * tpr == 0) so[start + r] = sm;
+    }
+    fence_proxy_async_smem();  // make this thread's output-tile writes visible to the bulk copy
+    // output tile (k+1)&1 was last read by the store of tile k-1: finished before the barrier
+    if (tid == 0) bulk_wait_read<0>();
+    __syncthreads();  // stage s fully consumed, output tile complete
+    if (tid == 0) {
+      bulk_s2g<HINT>(vo + static_cast<int64_t>(start) * tpr * 8,
+                     smem0 + STAGES * stage_bytes + (k & 1) * tile_bytes,
+                     static_cast<uint32_t>(rows) * row_bytes, pol);
+      issue(k + STAGES);
+    }
+  }
+  if (tid == 0) bulk_wait<0>();
+#else
+  // pre-sm_90 fallback (the launcher never selects this kernel there)
+  const int64_t nchunks = static_cast<int64_t>(num_rows) * tpr;
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < nchunks;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int row = static_cast<int>(c / tpr);
+    float wa, wb, sm, fa[8], fb[8], o[8];
+    merge2_weights(__ldg(sa + row), __ldg(sb + row), wa, wb, sm);
+    load8<T>(va + c * 8, fa);
+    load8<T>(vb + c * 8, fb);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = wa * fa[i] + wb * fb[i];
+    store8<T>(vo + c * 8, o);
+    if (so != nullptr && c - static_cast<int64_t>(row) * tpr == 0) so[row] = sm;
+  }
+#endif
+}
+
 // In place: (v, s) <- (v, s) (+) (v_other, s_other); rows whose token has mask == 0 untouched.
 template <typename T, int UNROLL, bool STREAM = false>
 __global__ void __launch_bounds__(512) merge_state_in_place_kernel(
