@@ -61,7 +61,8 @@ __all__ = [
 
 _SAMPLE, _RENORM, _MASK = 0, 1, 2
 _EXPLICIT_STREAM = os.environ.get("FIB_SAMPLING_EXPLICIT_STREAM", "0") == "1"
-# 0 = automatic; N > 0: cluster kernel with N CTAs per row; -1: streaming kernel for top-k sampling
+# 0 = automatic; 1..8: cluster kernel with N CTAs per row; -1: streaming kernel for top-k sampling;
+# 1000 + S: one-pass filter kernel with S CTAs per row (1000: automatic S)
 _CLUSTER = int(os.environ.get("FIB_SAMPLING_CLUSTER", "0") or 0)
 
 
@@ -267,7 +268,8 @@ def _launch_config(B: int, V: int, dtype_code: int = 0, cluster: int = 0, device
     mod = load_family("sampling")
     if mod is None:
         raise KernelUnavailable(reason("sampling"))
-    s, chunk, res, smem, sms, major, stream = (
+    s, chunk, res, smem, sms, major, kind = (
         int(v) for v in str(mod.launch_config(B, V, dtype_code, cluster, device)).split(","))
     return {"cluster": s, "chunk": chunk, "resident": bool(res), "smem": smem, "sms": sms, "cc_major": major,
-            "stream_for_top_k_sampling": bool(stream)}
+            "kernel_for_top_k_sampling": {0: "cluster", 1: "stream", 2: "filter"}.get(kind, str(kind)),
+            "stream_for_top_k_sampling": kind == 1}

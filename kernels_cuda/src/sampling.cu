@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 
+#include "fib/sampling/filter.cuh"
 #include "fib/sampling/stream.cuh"
 
 #include <cstdlib>
@@ -56,6 +57,11 @@ void prepare_kernel(DevInfo& d) {
   check_cuda(cudaFuncSetAttribute(fs::stream_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(kStreamSmem)),
              "cudaFuncSetAttribute(stream MaxDynamicSharedMemorySize)");
+  if (d.major >= 9) {
+    check_cuda(cudaFuncSetAttribute(fs::filter_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(fs::kFilterSmem)),
+               "cudaFuncSetAttribute(filter MaxDynamicSharedMemorySize)");
+  }
 }
 
 const DevInfo& dev_info(int dev) {
@@ -132,12 +138,53 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool n
   return c;
 }
 
-// cluster < 0 forces the streaming kernel, > 0 the cluster kernel with that many CTAs per row.
-bool use_stream(const DevInfo& d, const fs::Params& p, int cluster) {
-  if (p.mode != fs::kSample || !p.has_topk) return false;
-  if (cluster < 0) return true;
-  if (cluster > 0) return false;
-  return p.B >= d.stream_min_b || d.major < 9;
+// Which kernel runs a call. `cluster` (FIB_SAMPLING_CLUSTER / the cluster argument) is a knob for
+// benchmarks: 0 automatic; 1..8 the resident-row cluster kernel with that many CTAs per row; -1 the
+// streaming kernel; 999 the policy before the filter kernel (cluster kernel, streaming from
+// FIB_SAMPLING_STREAM_MIN_B rows); 1000 + S the one-pass filter kernel with S CTAs per row (1000:
+// automatic S).
+enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2 };
+Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster) {
+  if (p.mode != fs::kSample || !p.has_topk) return kCluster;
+  if (d.major < 9) return kStream;
+  if (cluster == 999) return p.B >= d.stream_min_b ? kStream : kCluster;  // the pre-filter policy
+  if (cluster >= 1000) return kFilter;
+  if (cluster < 0) return kStream;
+  if (cluster > 0) return kCluster;
+  return kFilter;
+}
+
+// CTAs per row of the filter kernel: enough CTAs for ~2 per SM (two fit per SM), slices of at
+// least 4096 tokens, at most 8 (portable cluster size).
+int filter_cluster(const DevInfo& d, int B, int V, int cluster) {
+  int S = cluster > 1000 ? cluster - 1000 : (2 * d.sms) / (B > 0 ? B : 1);
+  const int s_use = (V + 4095) / 4096;
+  if (cluster <= 1000 && S > s_use) S = s_use;
+  if (S > fs::kMaxCluster) S = fs::kMaxCluster;
+  if (S < 1) S = 1;
+  return S;
+}
+
+template <int DT>
+void launch_filter(fs::Params p, int S, cudaStream_t st) {
+  int chunk = (p.V + S - 1) / S;
+  chunk = (chunk + 7) & ~7;
+  p.chunk = chunk;
+  p.resident = 0;
+  p.hist_bytes = kHistBytes;  // rows the filter does not cover run sample_row from global memory
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(S, p.B, 1);
+  cfg.blockDim = dim3(fs::kThreads, 1, 1);
+  cfg.dynamicSmemBytes = fs::kFilterSmem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = S;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&cfg, fs::filter_kernel<DT>, p), "cudaLaunchKernelEx(filter)");
 }
 
 template <int DT>
@@ -273,21 +320,33 @@ int64_t sample(TensorView input, Optional<TensorView> out_idx, Optional<TensorVi
   const DevInfo& d = dev_info(dev);
   // (temperature <= 0 turns a row into greedy = top-k 1, which needs the histogram space too)
   const bool needs_hist = p.has_topk || p.has_topp || (p.is_logits && (p.temp_arr || !(p.temp_val > 0.0f)));
-  const Config c = choose_config(d, B, V, dt, cluster > 0 ? static_cast<int>(cluster) : 0, needs_hist,
+  const Config c = choose_config(d, B, V, dt, cluster > 0 && cluster <= fs::kMaxCluster ? static_cast<int>(cluster) : 0, needs_hist,
                                  p.mode == fs::kSample && p.has_topk);
   p.chunk = c.chunk;
   p.resident = c.resident;
   p.hist_bytes = c.hist_bytes;
   cudaStream_t st = stream >= 0 ? reinterpret_cast<cudaStream_t>(stream)
                                 : static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, dev));
-  const bool stream_k = use_stream(d, p, static_cast<int>(cluster));
-  switch (dt) {
-    case fs::kF32: launch<fs::kF32>(p, c, d, st, stream_k); break;
-    case fs::kBF16: launch<fs::kBF16>(p, c, d, st, stream_k); break;
-    default: launch<fs::kF16>(p, c, d, st, stream_k); break;
+  const Kind kind = kernel_kind(d, p, static_cast<int>(cluster));
+  int64_t used = kind == kStream ? -1 : c.S;
+  if (kind == kFilter) {
+    const int S = filter_cluster(d, B, V, static_cast<int>(cluster));
+    used = 1000 + S;
+    switch (dt) {
+      case fs::kF32: launch_filter<fs::kF32>(p, S, st); break;
+      case fs::kBF16: launch_filter<fs::kBF16>(p, S, st); break;
+      default: launch_filter<fs::kF16>(p, S, st); break;
+    }
+  } else {
+    const bool stream_k = kind == kStream;
+    switch (dt) {
+      case fs::kF32: launch<fs::kF32>(p, c, d, st, stream_k); break;
+      case fs::kBF16: launch<fs::kBF16>(p, c, d, st, stream_k); break;
+      default: launch<fs::kF16>(p, c, d, st, stream_k); break;
+    }
   }
   if (cur != dev) cudaSetDevice(cur);
-  return stream_k ? -1 : c.S;
+  return used;
 }
 
 int64_t current_stream(TensorView t) {
@@ -298,14 +357,22 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
   const DevInfo& d = dev_info(static_cast<int>(device));
   // the geometry of a top-k sampling call (cluster kernel below the streaming threshold)
   Config c = choose_config(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(dt),
-                           cluster > 0 ? static_cast<int>(cluster) : 0, true, true);
+                           cluster > 0 && cluster <= fs::kMaxCluster ? static_cast<int>(cluster) : 0, true, true);
   fs::Params q = {};
   q.B = static_cast<int>(B);
   q.mode = fs::kSample;
   q.has_topk = 1;
-  const bool sk = use_stream(d, q, static_cast<int>(cluster));
+  q.V = static_cast<int>(V);
+  const Kind kind = kernel_kind(d, q, static_cast<int>(cluster));
+  if (kind == kFilter) {
+    c.S = filter_cluster(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(cluster));
+    c.chunk = ((static_cast<int>(V) + c.S - 1) / c.S + 7) & ~7;
+    c.resident = 0;
+    c.smem = fs::kFilterSmem;
+  }
   return tvm::ffi::String(std::to_string(c.S) + "," + std::to_string(c.chunk) + "," + std::to_string(c.resident) + "," +
-                          std::to_string(c.smem) + "," + std::to_string(d.sms) + "," + std::to_string(d.major) + "," + std::to_string(sk ? 1 : 0));
+                          std::to_string(c.smem) + "," + std::to_string(d.sms) + "," + std::to_string(d.major) + "," +
+                          std::to_string(static_cast<int>(kind)));
 }
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(sample, sample);

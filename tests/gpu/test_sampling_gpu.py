@@ -162,21 +162,22 @@ def _api(name, src):
 @pytest.fixture
 def force_path(request):
     old = S._CLUSTER
-    S._CLUSTER = {"auto": 0, "cluster4": 4, "stream": -1}[request.param]
+    S._CLUSTER = {"auto": 0, "cluster4": 4, "stream": -1, "filter1": 1001, "filter3": 1003}[request.param]
     yield request.param
     S._CLUSTER = old
 
 
-@pytest.mark.parametrize("force_path", ["auto", "cluster4"], indirect=True)
+@pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter3"], indirect=True)
 @pytest.mark.parametrize("V", [111, 1000])
 @pytest.mark.parametrize("kind", ["peaked", "flat"])
 @pytest.mark.parametrize("src", ["probs", "logits"])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_distribution(case, src, kind, V, force_path):
-    """auto: B=4096 takes the streaming kernel for top-k, the cluster kernel otherwise;
-    cluster4: the cluster kernel (4 CTAs per row, candidate gather for top-k) for every case."""
+    """auto: on sm_90 B=4096 takes the one-pass filter kernel (1 CTA per row) for top-k, the cluster
+    kernel otherwise; cluster4: the resident-row cluster kernel (4 CTAs per row); stream: the
+    streaming kernel (pre-Hopper top-k path); filter3: the filter kernel, 3 CTAs per row merged."""
     name, refkw, api, apikw = case
-    if force_path == "cluster4" and "k" not in refkw:
+    if force_path != "auto" and "k" not in refkw:
         pytest.skip("same kernel as auto")
     gen = torch.Generator().manual_seed(hash((name, src, kind, V)) & 0xFFFF)
     is_logits = src == "logits"
@@ -194,9 +195,9 @@ def test_distribution(case, src, kind, V, force_path):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("temperature", [0.7, 1.3])
-def test_distribution_half_logits(dtype, temperature):
+@pytest.mark.parametrize("V", [1000, 1001])  # 1001: rows not 16-byte aligned (head/tail tokens)
+def test_distribution_half_logits(dtype, temperature, V):
     gen = torch.Generator().manual_seed(7)
-    V = 1000
     lg = make_row(V, "mid", gen, dtype)
     q, _ = ref_kept(lg.float(), True, k=40, p=0.9, temperature=temperature)
     n = N_ROWS * N_CALLS
@@ -205,7 +206,7 @@ def test_distribution_half_logits(dtype, temperature):
     assert_distribution(counts, q, n, f"half {dtype} T={temperature}")
 
 
-@pytest.mark.parametrize("force_path", ["auto", "cluster4"], indirect=True)
+@pytest.mark.parametrize("force_path", ["auto", "cluster4", "filter3"], indirect=True)
 @pytest.mark.parametrize("V,k,p,kind", [
     (128256, 50, 0.9, "peaked"),
     (151936, 2048, 0.95, "flat"),
@@ -277,6 +278,33 @@ def test_support_odd_sizes(B, V):
         kk = torch.where((k > 0) & (k < V), k, V).long()
         larger = (lg > lg.gather(1, sl[:, None])).sum(1)
         assert bool((larger < kk).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cl", [0, 1001, 1003, 1008])
+def test_strided_rows_same_tokens(dtype, cl):
+    """Rows with a padded stride (and odd alignment) give the same tokens as a contiguous copy, for
+    every filter-kernel geometry; adversarial order (ascending rows) forces repeated compactions."""
+    B, V = 37, 50021
+    gen = torch.Generator(device=DEV).manual_seed(3)
+    big = (torch.randn(B, V + 5, generator=gen, device=DEV) * 3).to(dtype)
+    big[: B // 2, :V] = torch.sort(big[: B // 2, :V], dim=1).values  # ascending: tau rises every stage
+    x = big[:, 1:V + 1]  # stride V + 5, rows start one element in
+    k = torch.randint(1, 2049, (B,), generator=gen, device=DEV).to(torch.int32)
+    p = torch.rand(B, generator=gen, device=DEV).clamp_min(0.05)
+    old = S._CLUSTER
+    try:
+        S._CLUSTER = cl
+        for joint in (False, True):
+            order = "joint" if joint else "top_k_first"
+            a = S.top_k_top_p_sampling_from_logits(x, k, p, seed=11, offset=3, filter_apply_order=order)
+            b = S.top_k_top_p_sampling_from_logits(x.contiguous(), k, p, seed=11, offset=3, filter_apply_order=order)
+            assert torch.equal(a, b), (cl, joint)
+            xf = x.float()
+            larger = (xf > xf.gather(1, a[:, None])).sum(1)
+            assert bool((larger < k).all()), (cl, joint)
+    finally:
+        S._CLUSTER = old
 
 
 # ----------------------------------------------------------------------------- edge cases
@@ -366,7 +394,7 @@ def test_same_seed_offset_same_tokens():
     assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=st, offset=ot))
     old = S._CLUSTER
     try:
-        for cl in (-1, 1, 2, 5, 8):
+        for cl in (-1, 1, 2, 5, 8, 1000, 1001, 1003, 1008):
             S._CLUSTER = cl
             assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=42, offset=7)), cl
     finally:

@@ -1,0 +1,603 @@
+// fib-runtime sampling: one-pass filtered top-k sampler (sm_90: TMA ring + thread-block cluster).
+//
+// For top-k sampling with k <= kFilterMaxK (the common case: k = 20..2048), every filter the row
+// needs after the top-k (renormalisation, min-p, top-p, the draw) only looks at the k kept tokens,
+// so the row is read exactly once:
+//  1. S CTAs (a cluster; S = 1 for large batches) split the row. Each streams its slice from HBM
+//     through a ring of shared-memory stages filled by TMA bulk copies (cp.async.bulk + mbarrier),
+//     so ~56 KB per CTA are in flight independently of the threads' work.
+//  2. Each token becomes the unique 64-bit composite c = key << 32 | (2^32-1-index) (value
+//     descending, lower index first: the documented tie rule). A token can only matter if
+//     c >= tau, tau = the k-th largest composite seen so far in this slice; a warp first tests
+//     its raw values against tau's float value in one vote (NaN, negative probabilities and -0
+//     all compare below it), and only warps with a possible candidate build composites and append
+//     them to a shared-memory buffer. When the buffer fills, an exact radix select raises tau to
+//     the current k-th largest and compacts the buffer to k entries.
+//  3. Rank 0 of the cluster selects the exact top-k among the S local top-k sets (read over
+//     distributed shared memory), sorts those k, and runs the same tail as the other paths
+//     (min-p, exact top-p on integer prefix sums in either order, one Philox draw per row).
+// Radix selects start at the highest bit in which the candidates differ (min/max first), so
+// similar values (peaked or flat rows) do not pile into one histogram bin; bins are added with
+// warp-aggregated atomics. Rows this kernel does not cover (no top-k, k >= V, k > kFilterMaxK,
+// greedy temperature) run the general algorithm (sample_row, slices read from global memory).
+#pragma once
+#include "fib/sampling/sampler.cuh"
+
+namespace fib {
+namespace sampling {
+
+constexpr int kFilterMaxK = 2048;                    // = kCand: finish_sorted holds 4 per thread
+constexpr int kFilterStage = kThreads * 4;           // tokens per ring stage (4 per thread)
+constexpr int kFilterCap = 3 * kFilterStage;         // candidate buffer: 6144 u64 (48 KB)
+constexpr int kFilterTrigger = kFilterCap - kFilterStage;  // compact above this (>= kFilterMaxK)
+constexpr int kFilterRingBytes = 56 * 1024;          // 7 fp32 stages / 14 half stages in flight
+constexpr size_t kFilterSmem = kFilterRingBytes + kFilterCap * sizeof(uint64_t);  // 104 KB: 2 CTAs/SM
+static_assert(kFilterTrigger >= kFilterMaxK, "compaction must leave room for a stage");
+static_assert(kFilterSmem >= 2 * kHistBufBytes, "the general fallback needs its histograms");
+
+#if FIB_HAS_CLUSTER
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t a = smem_u32(bar);
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+  }
+}
+__device__ __forceinline__ void tma_load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+#endif
+
+__device__ __forceinline__ uint64_t warp_max_u64(uint64_t v) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) {
+    const uint64_t o = __shfl_xor_sync(0xffffffffu, v, d);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+__device__ __forceinline__ uint64_t warp_min_u64(uint64_t v) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) {
+    const uint64_t o = __shfl_xor_sync(0xffffffffu, v, d);
+    v = o < v ? o : v;
+  }
+  return v;
+}
+
+// Candidate sets visited by the radix select: `nseg` segments (one per cluster rank, or just the
+// local buffer), segment r = seg[r][0..cnt[r]). Every thread visits slots tid, tid + kThreads, ...
+// of each segment with a warp-uniform trip count (valid = false past the end).
+struct Segs {
+  const uint64_t* seg[kMaxCluster];
+  int cnt[kMaxCluster];
+  int nseg;
+  template <class F>
+  __device__ __forceinline__ void each(F&& f) const {
+    for (int r = 0; r < nseg; ++r) {
+      const uint64_t* a = seg[r];
+      const int n = cnt[r];
+      for (int b = 0; b < n; b += kThreads) {
+        const int i = b + threadIdx.x;
+        const bool valid = i < n;
+        f(valid ? a[i] : 0ull, valid);
+      }
+    }
+  }
+};
+
+struct SelectSmem {
+  uint32_t hist[256];
+  uint64_t red[2 * kWarps];
+  uint32_t wtot[8];
+  int b;
+  uint32_t above, vb;
+};
+
+// Exact k-th largest of the (unique) candidates, as a prefix t with #{c >= t} == k (1 <= k <= n).
+// All threads of the CTA call it; ends with a barrier.
+__device__ uint64_t kth_prefix(const Segs& s, int k, SelectSmem& sm) {
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+  uint64_t mx = 0ull, mn = ~0ull;
+  s.each([&](uint64_t v, bool valid) {
+    if (valid) {
+      mx = v > mx ? v : mx;
+      mn = v < mn ? v : mn;
+    }
+  });
+  mx = warp_max_u64(mx);
+  mn = warp_min_u64(mn);
+  if (lane == 0) {
+    sm.red[wid] = mx;
+    sm.red[kWarps + wid] = mn;
+  }
+  __syncthreads();
+  mx = 0ull;
+  mn = ~0ull;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    mx = sm.red[w] > mx ? sm.red[w] : mx;
+    mn = sm.red[kWarps + w] < mn ? sm.red[kWarps + w] : mn;
+  }
+  __syncthreads();
+  if (mx == mn) return mn;
+  int top = 64 - __clzll(static_cast<long long>(mx ^ mn));  // bits [0, top) still undecided
+  uint64_t mask = top >= 64 ? 0ull : (~0ull << top);
+  uint64_t prefix = mx & mask;
+  uint32_t rem = static_cast<uint32_t>(k);
+  while (true) {
+    const int w = top < 8 ? top : 8;
+    const int shift = top - w;
+    const uint32_t dmask = (1u << w) - 1u;
+    if (tid < 256) sm.hist[tid] = 0u;
+    __syncthreads();
+    s.each([&](uint64_t v, bool valid) {
+      const bool in = valid && (v & mask) == prefix;
+      const uint32_t bin = in ? static_cast<uint32_t>(v >> shift) & dmask : 256u + lane;
+      const uint32_t peers = __match_any_sync(0xffffffffu, bin);
+      if (in && lane == __ffs(peers) - 1) atomicAdd(&sm.hist[bin], static_cast<uint32_t>(__popc(peers)));
+    });
+    __syncthreads();
+    uint32_t v = 0, suf = 0;
+    if (tid < 256) {
+      v = sm.hist[tid];
+      suf = v;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const uint32_t o = __shfl_down_sync(0xffffffffu, suf, d);
+        if (lane + d < 32) suf += o;
+      }
+      if (lane == 0) sm.wtot[wid] = suf;
+    }
+    __syncthreads();
+    if (tid < 256) {
+      uint32_t later = 0;
+      for (int q = wid + 1; q < 8; ++q) later += sm.wtot[q];
+      const uint32_t above = suf - v + later;
+      if (v > 0 && above < rem && rem <= above + v) {
+        sm.b = tid;
+        sm.above = above;
+        sm.vb = v;
+      }
+    }
+    __syncthreads();
+    const uint32_t b = static_cast<uint32_t>(sm.b), above = sm.above, vb = sm.vb;
+    __syncthreads();
+    rem -= above;
+    prefix |= static_cast<uint64_t>(b) << shift;
+    mask |= static_cast<uint64_t>(dmask) << shift;
+    top = shift;
+    if (vb == rem || top == 0) return prefix;
+  }
+}
+
+// Keeps the entries >= t of buf[0..n) (in place, order not kept); returns the new count.
+__device__ int compact_ge(uint64_t* buf, int n, uint64_t t, int* s_new) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  if (tid == 0) *s_new = 0;
+  __syncthreads();
+  constexpr int R = 4;  // entries held per thread between barriers
+  for (int b0 = 0; b0 < n; b0 += R * kThreads) {
+    uint64_t v[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int i = b0 + r * kThreads + tid;
+      v[r] = i < n ? buf[i] : 0ull;
+    }
+    __syncthreads();  // every read of this group precedes any write (writes land below b0 + R*kThreads)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int i = b0 + r * kThreads + tid;
+      const bool keep = i < n && v[r] >= t;
+      const unsigned m = __ballot_sync(0xffffffffu, keep);
+      if (m) {
+        int base = 0;
+        if (lane == __ffs(m) - 1) base = atomicAdd(s_new, __popc(m));
+        base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
+        if (keep) buf[base + __popc(m & ((1u << lane) - 1u))] = v[r];
+      }
+    }
+  }
+  __syncthreads();
+  return *s_new;
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
+  extern __shared__ __align__(128) unsigned char dsm[];
+#if FIB_HAS_CLUSTER
+  const int row = blockIdx.y;
+  const uint32_t rank = cl_rank(), S = cl_size();
+  const int V = p.V;
+  const bool logits = p.is_logits != 0;
+  int k = 0;
+  if (p.has_topk) {
+    if (p.top_k_arr) {
+      if (p.top_k_is64) {
+        long long kk = reinterpret_cast<const long long*>(p.top_k_arr)[row];
+        k = kk > 0x7fffffffLL ? 0x7fffffff : (kk < 0 ? 0 : static_cast<int>(kk));
+      } else {
+        k = reinterpret_cast<const int*>(p.top_k_arr)[row];
+      }
+    } else {
+      k = p.top_k_val;
+    }
+  }
+  const float T = logits ? (p.temp_arr ? p.temp_arr[row] : p.temp_val) : 1.0f;
+  if (!(k > 0 && k < V && k <= kFilterMaxK) || (logits && !(T > 0.0f))) {
+    sample_row<DT>(p, dsm, row, rank, S, p.chunk, false);  // general algorithm over the cluster
+    return;
+  }
+  float tp = p.has_topp ? (p.top_p_arr ? p.top_p_arr[row] : p.top_p_val) : 1.0f;
+  float mp = p.has_minp ? (p.min_p_arr ? p.min_p_arr[row] : p.min_p_val) : 0.0f;
+  const bool use_p = tp < 1.0f;
+  const bool use_m = mp > 0.0f;
+  mp = fminf(mp, 1.0f);
+  const bool joint = p.joint != 0 && use_p;
+  const float scale = logits ? __fdiv_rn(1.4426950408889634f, T) : 1.0f;
+
+  constexpr int ESIZE = (DT == kF32) ? 4 : 2;
+  constexpr int TB = 4 * ESIZE;                          // bytes per thread per stage
+  constexpr int STAGE_BYTES = kFilterStage * ESIZE;
+  constexpr int NST = kFilterRingBytes / STAGE_BYTES;    // 7 (fp32) or 14 (16-bit)
+  unsigned char* ring = dsm;
+  uint64_t* buf = reinterpret_cast<uint64_t*>(dsm + kFilterRingBytes);
+  __shared__ uint64_t bars[NST];
+  __shared__ SelectSmem ssel;
+  __shared__ uint64_t s_tau, s_tot;
+  __shared__ uint64_t s_scratch[kWarps];
+  __shared__ int s_cnt, s_new;
+  __shared__ float s_jm[kWarps];
+  __shared__ double s_js[kWarps];
+  __shared__ float s_cm;   // this CTA's joint (max, sum of exp2((x - max) * scale)) / probs sum
+  __shared__ double s_cs;
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+
+  // slice of the row, its 16-byte aligned body (TMA) and the unaligned head/tail tokens
+  const int64_t start = static_cast<int64_t>(rank) * p.chunk;
+  const int64_t n_rem = static_cast<int64_t>(V) - start;
+  const int n = n_rem <= 0 ? 0 : static_cast<int>(n_rem < p.chunk ? n_rem : p.chunk);
+  const char* in_row = reinterpret_cast<const char*>(p.in) + (static_cast<int64_t>(row) * p.in_stride + start) * ESIZE;
+  const uintptr_t a0 = reinterpret_cast<uintptr_t>(in_row);
+  int head = static_cast<int>(((16 - (a0 & 15)) & 15) / ESIZE);  // (ESIZE-aligned input: exact)
+  if (head > n) head = n;
+  const int body_bytes = ((n - head) * ESIZE) & ~15;
+  const int body_n = body_bytes / ESIZE;
+  const int tail0 = head + body_n;  // tokens [tail0, n) are the tail
+  const char* body = in_row + static_cast<int64_t>(head) * ESIZE;
+  const int nstages = (body_bytes + STAGE_BYTES - 1) / STAGE_BYTES;
+
+  if (tid == 0) {
+    for (int q = 0; q < NST; ++q) mbar_init(&bars[q], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    s_cnt = 0;
+    s_tau = 0ull;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    for (int q = 0; q < NST && q < nstages; ++q) {
+      const int bytes = min(STAGE_BYTES, body_bytes - q * STAGE_BYTES);
+      mbar_expect_tx(&bars[q], static_cast<uint32_t>(bytes));
+      tma_load_1d(ring + q * STAGE_BYTES, body + static_cast<int64_t>(q) * STAGE_BYTES, static_cast<uint32_t>(bytes),
+                  &bars[q]);
+    }
+  }
+
+  float jm = -INFINITY;  // joint: per-thread online max / sum (logits) or sum (probs)
+  float js = 0.0f;
+  auto joint_add = [&](const float (&x)[4], int nvalid) {
+    if (logits) {
+      float m = jm;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (j < nvalid) m = fmaxf(m, x[j]);  // fmaxf drops NaN
+      if (m > jm) {
+        js = (jm == -INFINITY) ? 0.0f : js * exp2f(__fmul_rn(__fsub_rn(jm, m), scale));
+        jm = m;
+      }
+      if (jm != -INFINITY) {
+        if (jm == INFINITY) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) js += (j < nvalid && x[j] == INFINITY) ? 1.0f : 0.0f;
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            if (j < nvalid) js += exp2f(__fmul_rn(__fsub_rn(fmaxf(x[j], -INFINITY), jm), scale));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (j < nvalid) js += fmaxf(x[j], 0.0f);
+    }
+  };
+  // appends the tokens of this thread that pass c >= tau (warp-aggregated; all lanes call);
+  // returns true when the buffer count after this warp's append exceeds the compaction trigger
+  auto append = [&](const float (&x)[4], int i0, int nvalid, uint64_t tau) -> bool {
+    uint64_t c[4];
+    int cntl = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float v = sanitize(x[j], logits);
+      c[j] = (static_cast<uint64_t>(f2key(v)) << 32) | (0xffffffffu - static_cast<uint32_t>(start + i0 + j));
+      const bool pass = j < nvalid && c[j] >= tau;
+      if (!pass) c[j] = 0ull;
+      cntl += pass ? 1 : 0;
+    }
+    int incl = cntl;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += o;
+    }
+    const int wtot = __shfl_sync(0xffffffffu, incl, 31);
+    if (wtot == 0) return false;
+    int base = 0;
+    if (lane == 31) base = atomicAdd(&s_cnt, wtot);
+    base = __shfl_sync(0xffffffffu, base, 31);
+    const bool over = base + wtot > kFilterTrigger;
+    base += incl - cntl;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (c[j]) buf[base++] = c[j];
+    return over;
+  };
+  auto to_f32 = [&](const unsigned char* src, float (&x)[4]) {
+    if constexpr (DT == kF32) {
+      const float4 f = *reinterpret_cast<const float4*>(src);
+      x[0] = f.x; x[1] = f.y; x[2] = f.z; x[3] = f.w;
+    } else {
+      const uint2 u = *reinterpret_cast<const uint2*>(src);
+      const uint32_t w2[2] = {u.x, u.y};
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        if constexpr (DT == kBF16) {
+          x[2 * j] = __uint_as_float(w2[j] << 16);
+          x[2 * j + 1] = __uint_as_float(w2[j] & 0xffff0000u);
+        } else {
+          x[2 * j] = __half2float(__ushort_as_half(static_cast<unsigned short>(w2[j] & 0xffffu)));
+          x[2 * j + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w2[j] >> 16)));
+        }
+      }
+    }
+  };
+
+  // head and tail tokens (< 16 bytes each): one per thread, before the ring (tau = 0: all pass)
+  {
+    const int extra = head + (n - tail0);
+    for (int e0 = 0; e0 < extra; e0 += kThreads) {  // warp-uniform trip count
+      const int e = e0 + tid;
+      float x[4] = {0.f, 0.f, 0.f, 0.f};
+      int i = 0, nv = 0;
+      if (e < extra) {
+        i = e < head ? e : tail0 + (e - head);
+        x[0] = load_elem<DT>(in_row, i);
+        nv = 1;
+      }
+      if (joint) joint_add(x, nv);
+      append(x, i, nv, 0ull);
+    }
+    __syncthreads();
+  }
+
+  uint64_t tau = 0ull;
+  for (int s = 0; s < nstages; ++s) {
+    const int q = s % NST;
+    const int sbytes = min(STAGE_BYTES, body_bytes - s * STAGE_BYTES);
+    mbar_wait(&bars[q], static_cast<uint32_t>((s / NST) & 1));
+    float x[4] = {0.f, 0.f, 0.f, 0.f};
+    const bool have = tid * TB < sbytes;
+    if (have) to_f32(ring + q * STAGE_BYTES + tid * TB, x);
+    const int nv = have ? 4 : 0;
+    if (joint) joint_add(x, nv);
+    // fast test: can any token of this warp reach tau? (raw values; NaN/negative/-0 compare low)
+    const float tf = key2f(static_cast<uint32_t>(tau >> 32));
+    const bool open = tau == 0ull || tf <= (logits ? -INFINITY : 0.0f);
+    const float m4 = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+    bool over = false;
+    if (__any_sync(0xffffffffu, have && (open || m4 >= tf)))
+      over = append(x, head + s * kFilterStage + tid * 4, nv, tau);
+    // barrier: ring slot q fully read, appends done. The compaction decision comes from the
+    // warps' own atomics (the count only grows within a stage), so no thread reads s_cnt while
+    // a faster warp may already append the next stage.
+    const bool compact = __syncthreads_or(over) != 0;
+    if (tid == 0 && s + NST < nstages) {
+      const int s2 = s + NST;
+      const int bytes = min(STAGE_BYTES, body_bytes - s2 * STAGE_BYTES);
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      mbar_expect_tx(&bars[q], static_cast<uint32_t>(bytes));
+      tma_load_1d(ring + q * STAGE_BYTES, body + static_cast<int64_t>(s2) * STAGE_BYTES, static_cast<uint32_t>(bytes),
+                  &bars[q]);
+    }
+    if (compact) {
+      const int cnt = s_cnt;
+      Segs sg;
+      sg.seg[0] = buf;
+      sg.cnt[0] = cnt;
+      sg.nseg = 1;
+      const uint64_t t = kth_prefix(sg, k, ssel);
+      compact_ge(buf, cnt, t, &s_new);
+      if (tid == 0) {
+        s_cnt = s_new;
+        s_tau = t;
+      }
+      __syncthreads();
+    }
+    tau = s_tau;
+  }
+  // local top-k (exactly min(k, n) entries)
+  {
+    const int cnt = s_cnt;
+    if (cnt > k) {
+      Segs sg;
+      sg.seg[0] = buf;
+      sg.cnt[0] = cnt;
+      sg.nseg = 1;
+      const uint64_t t = kth_prefix(sg, k, ssel);
+      compact_ge(buf, cnt, t, &s_new);
+      if (tid == 0) s_cnt = s_new;
+    }
+  }
+  if (joint) {  // this CTA's (max, sum): logits relative to its max, probs a plain sum
+    float m = jm;
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+    double c = 0.0;
+    if (logits) {
+      if (jm != -INFINITY && m != INFINITY) c = static_cast<double>(js) * exp2(static_cast<double>(jm - m) * scale);
+      else if (m == INFINITY && jm == INFINITY) c = static_cast<double>(js);
+    } else {
+      c = static_cast<double>(js);
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) c += __shfl_xor_sync(0xffffffffu, c, d);
+    if (lane == 0) {
+      s_jm[wid] = m;
+      s_js[wid] = c;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      float cm = -INFINITY;
+      for (int w = 0; w < kWarps; ++w) cm = fmaxf(cm, s_jm[w]);
+      double cs = 0.0;
+      for (int w = 0; w < kWarps; ++w) {
+        if (!logits) cs += s_js[w];
+        else if (cm == INFINITY) cs += (s_jm[w] == INFINITY) ? s_js[w] : 0.0;
+        else if (s_jm[w] != -INFINITY) cs += s_js[w] * exp2(static_cast<double>(s_jm[w] - cm) * scale);
+      }
+      s_cm = cm;
+      s_cs = cs;
+    }
+  }
+  __syncthreads();
+
+  // ---- cluster merge: rank 0 selects the top-k of the S local sets
+  uint64_t* G = buf;
+  int nc0 = s_cnt;
+  float cm = s_cm;
+  double cs = s_cs;
+  if (S > 1) {
+    cl_sync();  // every CTA's buffer, count and joint partials are final
+    if (rank != 0) {
+      cl_arrive();
+      cl_wait();
+      return;
+    }
+    Segs sg;
+    sg.nseg = static_cast<int>(S);
+    int total = 0;
+    for (uint32_t r = 0; r < S; ++r) {
+      sg.seg[r] = cl_remote(buf, r);
+      sg.cnt[r] = *cl_remote(&s_cnt, r);
+      total += sg.cnt[r];
+    }
+    for (uint32_t r = S; r < static_cast<uint32_t>(kMaxCluster); ++r) {
+      sg.seg[r] = nullptr;
+      sg.cnt[r] = 0;
+    }
+    if (joint) {
+      float m = -INFINITY;
+      for (uint32_t r = 0; r < S; ++r) m = fmaxf(m, *cl_remote(&s_cm, r));
+      double acc = 0.0;
+      for (uint32_t r = 0; r < S; ++r) {
+        const float rm = *cl_remote(&s_cm, r);
+        const double rs = *cl_remote(&s_cs, r);
+        if (!logits) acc += rs;
+        else if (m == INFINITY) acc += (rm == INFINITY) ? rs : 0.0;
+        else if (rm != -INFINITY) acc += rs * exp2(static_cast<double>(rm - m) * scale);
+      }
+      cm = m;
+      cs = acc;
+    }
+    const uint64_t t = total <= k ? 0ull : kth_prefix(sg, k, ssel);
+    G = reinterpret_cast<uint64_t*>(ring);  // the ring is idle now (every stage consumed)
+    if (tid == 0) s_new = 0;
+    __syncthreads();
+    sg.each([&](uint64_t v, bool valid) {
+      const bool keep = valid && v >= t;
+      const unsigned m = __ballot_sync(0xffffffffu, keep);
+      if (m) {
+        int base = 0;
+        if (lane == __ffs(m) - 1) base = atomicAdd(&s_new, __popc(m));
+        base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
+        if (keep) G[base + __popc(m & ((1u << lane) - 1u))] = v;
+      }
+    });
+    __syncthreads();
+    nc0 = s_new;
+    cl_arrive();  // no remote reads after this point
+  }
+
+  // ---- sort the k survivors; min-p, top-p, draw (the tail shared with the streaming kernel)
+  int P = 32;
+  while (P < nc0) P <<= 1;
+  for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;
+  __syncthreads();
+  bitonic_sort_desc(G, P);
+  const float mval = key2f(static_cast<uint32_t>(G[0] >> 32));
+  WeightCtx wc;
+  wc.m = mval;
+  wc.scale = 1.0f;
+  if (mval == INFINITY) {
+    wc.kind = 2;
+  } else if (logits) {
+    if (mval == -INFINITY) {
+      wc.kind = 3;
+    } else {
+      wc.kind = 0;
+      wc.scale = scale;
+    }
+  } else if (!(mval > 0.0f)) {
+    wc.kind = 3;
+  } else {
+    wc.kind = 1;
+    wc.scale = __fdiv_rn(1.0f, mval);
+  }
+  int nc = nc0;
+  if (use_m && wc.kind != 3) {
+    const float t = logits ? (wc.kind == 0 ? __fadd_rn(mval, __fmul_rn(T, logf(mp))) : mval) : __fmul_rn(mp, mval);
+    const uint32_t tk = f2key(t);
+    int c = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int j = 4 * tid + q;
+      c += __syncthreads_count(j < nc0 && static_cast<uint32_t>(G[j] >> 32) >= tk);
+    }
+    nc = c < 1 ? 1 : c;
+  }
+  uint64_t joint_base = 0;
+  if (joint) {
+    double tot = 0.0;
+    if (wc.kind == 0) tot = (cm == -INFINITY) ? 0.0 : cs * exp2(static_cast<double>(cm - mval) * scale);
+    else if (wc.kind == 1) tot = cs / static_cast<double>(mval);
+    joint_base = static_cast<uint64_t>(tot * static_cast<double>(kFixScale));
+    if (joint_base == 0) joint_base = 1;
+  }
+  finish_sorted(p, G, nc, wc, use_p && wc.kind != 3 && (!joint || wc.kind <= 1), tp, joint_base, joint, row,
+                s_scratch, &s_tot);
+  if (S > 1) cl_wait();
+#else
+  (void)dsm;
+  (void)p;
+  __trap();  // launched only on sm_90+
+#endif
+}
+
+}  // namespace sampling
+}  // namespace fib
