@@ -89,11 +89,16 @@ def timing(args, log):
                         (lambda i=i: fn(xs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i], **kw))
                         for i in range(4)]))
 
-                r["filter_probs"] = t(0, prs, S.top_k_top_p_sampling_from_probs)
+                r["filter_probs"] = t(1000, prs, S.top_k_top_p_sampling_from_probs)
+                r["filter_probs_S1"] = t(1001, prs, S.top_k_top_p_sampling_from_probs)
+                r["filter_probs_S2"] = t(1002, prs, S.top_k_top_p_sampling_from_probs)
+                r["auto_probs"] = t(0, prs, S.top_k_top_p_sampling_from_probs)
                 r["legacy_probs"] = t(999, prs, S.top_k_top_p_sampling_from_probs)
-                r["filter_logits"] = t(0, lgs, S.top_k_top_p_sampling_from_logits)
-                r["filter_logits_bf16"] = t(0, bfs, S.top_k_top_p_sampling_from_logits)
-                r["filter_joint"] = t(0, lgs, S.top_k_top_p_sampling_from_logits, filter_apply_order="joint")
+                r["filter_logits"] = t(1000, lgs, S.top_k_top_p_sampling_from_logits)
+                r["legacy_logits"] = t(999, lgs, S.top_k_top_p_sampling_from_logits)
+                r["filter_logits_bf16"] = t(1000, bfs, S.top_k_top_p_sampling_from_logits)
+                r["legacy_logits_bf16"] = t(999, bfs, S.top_k_top_p_sampling_from_logits)
+                r["filter_joint"] = t(1000, lgs, S.top_k_top_p_sampling_from_logits, filter_apply_order="joint")
                 r["legacy_joint"] = t(999, lgs, S.top_k_top_p_sampling_from_logits, filter_apply_order="joint")
                 if FI.ok:
                     if k <= 1024:
@@ -132,6 +137,41 @@ def sweep(log):
     return rows
 
 
+def profile(log):
+    """Phase times of the filter kernel (row 0, rank 0) from a -DFIB_SAMPLING_PROFILE build
+    (FIB_KERNELS_DIR pointing at it); nothing without that build."""
+    from fib_runtime.kernels import loader
+    mod = loader.load_family("sampling")
+    if mod is None or not hasattr(mod, "prof_read"):
+        log("profile: not a profiling build")
+        return []
+    names = ["tma_issued", "head_tail", "first_stage", "loop_done", "local_topk", "joint", "merged", "sorted",
+             "end"]
+    rows = []
+    gen = torch.Generator(device=DEV).manual_seed(1)
+    for B, V, cl, k, src in [(1, 32000, 1001, 50, "probs"), (1, 32000, 1008, 50, "probs"),
+                             (1, 128256, 1001, 50, "probs"), (1, 128256, 1004, 50, "probs"),
+                             (1, 128256, 1008, 50, "probs"), (512, 128256, 1001, 50, "probs"),
+                             (1, 128256, 1001, 2048, "probs"), (512, 128256, 1001, 2048, "probs"),
+                             (1, 128256, 1004, 50, "logits_bf16")]:
+        lg = torch.randn(B, V, generator=gen, device=DEV) * 4
+        x = torch.softmax(lg, -1) if src == "probs" else lg.to(torch.bfloat16)
+        fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
+        kt = torch.full((B,), k, dtype=torch.int32, device=DEV)
+        pt = torch.full((B,), 0.9, device=DEV)
+        for _ in range(3):
+            with_cluster(cl, lambda: fn(x, kt, pt, seed=1, offset=0))
+        torch.cuda.synchronize()
+        vals = [int(v) for v in str(mod.prof_read()).split(",")]
+        r = {"B": B, "V": V, "cluster": cl, "k": k, "src": src}
+        r.update({n: vals[i] / 1000.0 for i, n in enumerate(names)})
+        r["compactions"], r["compacted_entries"] = vals[9], vals[10]
+        r["rank_local_done"] = [v / 1000.0 for v in vals[11:15]]
+        rows.append(r)
+        log("prof " + " ".join(f"{a}={b:.2f}" if isinstance(b, float) else f"{a}={b}" for a, b in r.items()))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -150,7 +190,8 @@ def main():
         (out / "sampling_filter_probe.json").write_text(json.dumps(res, indent=1))
 
     for part in args.parts.split(","):
-        res[part] = {"identity": identity_checks, "timing": lambda lg: timing(args, lg), "sweep": sweep}[part](log)
+        res[part] = {"identity": identity_checks, "timing": lambda lg: timing(args, lg), "sweep": sweep,
+                     "profile": profile}[part](log)
         save()
 
 

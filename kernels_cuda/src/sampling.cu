@@ -28,6 +28,7 @@ namespace {
 struct DevInfo {
   int sms = 0, major = 0, optin = 0;
   int static_smem[3] = {0, 0, 0};
+  double filter_min_tokens = 6.0e6;  // FIB_SAMPLING_FILTER_MIN_TOKENS
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 constexpr size_t kStreamSmem = 2 * fs::kStreamBuf * sizeof(uint64_t);  // >= the 64 KB the per-row fallback needs
@@ -74,6 +75,7 @@ const DevInfo& dev_info(int dev) {
     check_cuda(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev), "device attribute");
     check_cuda(cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "device attribute");
     if (const char* e = std::getenv("FIB_SAMPLING_STREAM_MIN_B")) d.stream_min_b = std::atoi(e);
+    if (const char* e = std::getenv("FIB_SAMPLING_FILTER_MIN_TOKENS")) d.filter_min_tokens = std::atof(e);
     prepare_kernel<fs::kF32>(d);
     prepare_kernel<fs::kBF16>(d);
     prepare_kernel<fs::kF16>(d);
@@ -147,17 +149,25 @@ enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2 };
 Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster) {
   if (p.mode != fs::kSample || !p.has_topk) return kCluster;
   if (d.major < 9) return kStream;
-  if (cluster == 999) return p.B >= d.stream_min_b ? kStream : kCluster;  // the pre-filter policy
+  const Kind legacy = p.B >= d.stream_min_b ? kStream : kCluster;
+  if (cluster == 999) return legacy;  // the policy before the filter kernel
   if (cluster >= 1000) return kFilter;
   if (cluster < 0) return kStream;
   if (cluster > 0) return kCluster;
-  return kFilter;
+  // H200, 2026-12-01 (benchmarks/results/sampling_filter_probe_h200.json): the filter kernel wins
+  // from ~6M fp32 tokens per call and B >= 48 (V=128256: B=64 38 vs 47 us, B=512 124 vs 170 us;
+  // V=32000: from B=256), the resident-row cluster kernel below (B=1, V=128256: 18 vs 32 us);
+  // 16-bit rows need twice the tokens. FIB_SAMPLING_FILTER_MIN_TOKENS overrides the threshold.
+  const double tokens = static_cast<double>(p.B) * static_cast<double>(p.V) * (p.elem16 ? 0.5 : 1.0);
+  return (p.B >= 48 && tokens >= d.filter_min_tokens) ? kFilter : legacy;
 }
 
 // CTAs per row of the filter kernel: enough CTAs for ~2 per SM (two fit per SM), slices of at
 // least 4096 tokens, at most 8 (portable cluster size).
 int filter_cluster(const DevInfo& d, int B, int V, int cluster) {
-  int S = cluster > 1000 ? cluster - 1000 : (2 * d.sms) / (B > 0 ? B : 1);
+  // automatic: 2 CTAs per row below one CTA per SM (B=64, V=128256: S=2 38 us, S=1 47, S=4 54),
+  // else 1
+  int S = cluster > 1000 ? cluster - 1000 : (B < d.sms ? 2 : 1);
   const int s_use = (V + 4095) / 4096;
   if (cluster <= 1000 && S > s_use) S = s_use;
   if (S > fs::kMaxCluster) S = fs::kMaxCluster;
@@ -263,6 +273,7 @@ int64_t sample(TensorView input, Optional<TensorView> out_idx, Optional<TensorVi
   p.is_logits = is_logits ? 1 : 0;
   p.mode = static_cast<int>(mode);
   p.joint = joint ? 1 : 0;
+  p.elem16 = dt != fs::kF32 ? 1 : 0;
   if (mode == fs::kSample) {
     if (!out_idx.has_value()) TVM_FFI_THROW(ValueError) << "fib sampling: out_idx required";
     const TensorView& o = out_idx.value();
@@ -363,6 +374,7 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
   q.mode = fs::kSample;
   q.has_topk = 1;
   q.V = static_cast<int>(V);
+  q.elem16 = dt != fs::kF32 ? 1 : 0;
   const Kind kind = kernel_kind(d, q, static_cast<int>(cluster));
   if (kind == kFilter) {
     c.S = filter_cluster(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(cluster));
@@ -375,6 +387,21 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
                           std::to_string(static_cast<int>(kind)));
 }
 
+#ifdef FIB_SAMPLING_PROFILE
+// profiling builds: the filter kernel's phase timestamps of the last call (row 0, rank 0), as
+// "t1-t0,t2-t0,...,t9-t0 (ns),compactions,compacted entries"
+tvm::ffi::String prof_read() {
+  unsigned long long h[16] = {};
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  check_cuda(cudaMemcpyFromSymbol(h, fs::g_fib_prof, sizeof(h)), "cudaMemcpyFromSymbol");
+  std::string r;
+  for (int i = 1; i <= 9; ++i) r += std::to_string(static_cast<long long>(h[i] - h[0])) + ",";
+  r += std::to_string(h[10]) + "," + std::to_string(h[11]);
+  for (int i = 12; i < 16; ++i) r += "," + std::to_string(static_cast<long long>(h[i] - h[0]));
+  return tvm::ffi::String(r);
+}
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(prof_read, prof_read);
+#endif
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(sample, sample);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(current_stream, current_stream);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(launch_config, launch_config);

@@ -167,15 +167,16 @@ def force_path(request):
     S._CLUSTER = old
 
 
-@pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter3"], indirect=True)
+@pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter1", "filter3"], indirect=True)
 @pytest.mark.parametrize("V", [111, 1000])
 @pytest.mark.parametrize("kind", ["peaked", "flat"])
 @pytest.mark.parametrize("src", ["probs", "logits"])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_distribution(case, src, kind, V, force_path):
-    """auto: on sm_90 B=4096 takes the one-pass filter kernel (1 CTA per row) for top-k, the cluster
-    kernel otherwise; cluster4: the resident-row cluster kernel (4 CTAs per row); stream: the
-    streaming kernel (pre-Hopper top-k path); filter3: the filter kernel, 3 CTAs per row merged."""
+    """auto: B=4096 rows of V <= 1000 take the streaming kernel for top-k (below the filter kernel's
+    token threshold), the cluster kernel otherwise; cluster4: the resident-row cluster kernel (4
+    CTAs per row); stream: the streaming kernel; filter1 / filter3: the one-pass filter kernel with
+    1 / 3 CTAs per row (sm_90)."""
     name, refkw, api, apikw = case
     if force_path != "auto" and "k" not in refkw:
         pytest.skip("same kernel as auto")

@@ -5,7 +5,7 @@
 // so the row is read exactly once:
 //  1. S CTAs (a cluster; S = 1 for large batches) split the row. Each streams its slice from HBM
 //     through a ring of shared-memory stages filled by TMA bulk copies (cp.async.bulk + mbarrier),
-//     so ~56 KB per CTA are in flight independently of the threads' work.
+//     so ~40 KB per CTA are in flight independently of the threads' work.
 //  2. Each token becomes the unique 64-bit composite c = key << 32 | (2^32-1-index) (value
 //     descending, lower index first: the documented tie rule). A token can only matter if
 //     c >= tau, tau = the k-th largest composite seen so far in this slice; a warp first tests
@@ -17,8 +17,7 @@
 //     distributed shared memory), sorts those k, and runs the same tail as the other paths
 //     (min-p, exact top-p on integer prefix sums in either order, one Philox draw per row).
 // Radix selects start at the highest bit in which the candidates differ (min/max first), so
-// similar values (peaked or flat rows) do not pile into one histogram bin; bins are added with
-// warp-aggregated atomics. Rows this kernel does not cover (no top-k, k >= V, k > kFilterMaxK,
+// similar values (peaked or flat rows) do not pile into one histogram bin. Rows this kernel does not cover (no top-k, k >= V, k > kFilterMaxK,
 // greedy temperature) run the general algorithm (sample_row, slices read from global memory).
 #pragma once
 #include "fib/sampling/sampler.cuh"
@@ -27,10 +26,11 @@ namespace fib {
 namespace sampling {
 
 constexpr int kFilterMaxK = 2048;                    // = kCand: finish_sorted holds 4 per thread
-constexpr int kFilterStage = kThreads * 4;           // tokens per ring stage (4 per thread)
-constexpr int kFilterCap = 3 * kFilterStage;         // candidate buffer: 6144 u64 (48 KB)
+constexpr int kFilterPer = 8;                        // tokens per thread per ring stage
+constexpr int kFilterStage = kThreads * kFilterPer;  // 4096 tokens per stage (one barrier each)
+constexpr int kFilterCap = 2 * kFilterStage;         // candidate buffer: 8192 u64 (64 KB)
 constexpr int kFilterTrigger = kFilterCap - kFilterStage;  // compact above this (>= kFilterMaxK)
-constexpr int kFilterRingBytes = 56 * 1024;          // 7 fp32 stages / 14 half stages in flight
+constexpr int kFilterRingBytes = 40 * 1024;          // 2 fp32 stages / 5 half stages in flight
 constexpr size_t kFilterSmem = kFilterRingBytes + kFilterCap * sizeof(uint64_t);  // 104 KB: 2 CTAs/SM
 static_assert(kFilterTrigger >= kFilterMaxK, "compaction must leave room for a stage");
 static_assert(kFilterSmem >= 2 * kHistBufBytes, "the general fallback needs its histograms");
@@ -112,7 +112,8 @@ struct SelectSmem {
 
 // Exact k-th largest of the (unique) candidates, as a prefix t with #{c >= t} == k (1 <= k <= n).
 // All threads of the CTA call it; ends with a barrier.
-__device__ uint64_t kth_prefix(const Segs& s, int k, SelectSmem& sm) {
+template <class Set>
+__device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm) {
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
   uint64_t mx = 0ull, mn = ~0ull;
   s.each([&](uint64_t v, bool valid) {
@@ -148,10 +149,8 @@ __device__ uint64_t kth_prefix(const Segs& s, int k, SelectSmem& sm) {
     if (tid < 256) sm.hist[tid] = 0u;
     __syncthreads();
     s.each([&](uint64_t v, bool valid) {
-      const bool in = valid && (v & mask) == prefix;
-      const uint32_t bin = in ? static_cast<uint32_t>(v >> shift) & dmask : 256u + lane;
-      const uint32_t peers = __match_any_sync(0xffffffffu, bin);
-      if (in && lane == __ffs(peers) - 1) atomicAdd(&sm.hist[bin], static_cast<uint32_t>(__popc(peers)));
+      // (plain shared atomics; the range-adaptive first digit keeps similar values apart)
+      if (valid && (v & mask) == prefix) atomicAdd(&sm.hist[static_cast<uint32_t>(v >> shift) & dmask], 1u);
     });
     __syncthreads();
     uint32_t v = 0, suf = 0;
@@ -187,6 +186,76 @@ __device__ uint64_t kth_prefix(const Segs& s, int k, SelectSmem& sm) {
   }
 }
 
+// Sorts G[0..64) descending (zero padded) with warp 0's shuffles (no block barrier in the
+// network); ends with a block barrier.
+__device__ __forceinline__ void warp_sort64_desc(uint64_t* G) {
+  if (threadIdx.x < 32) {
+    const int l = threadIdx.x;
+    uint64_t a = G[l], b = G[l + 32];  // elements l and l + 32
+#pragma unroll
+    for (int size = 2; size <= 64; size <<= 1) {
+#pragma unroll
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        if (stride == 32) {  // partners in the same lane: a (element l) < b (element l + 32)
+          const uint64_t hi = a > b ? a : b, lo = a > b ? b : a;
+          a = hi;  // size == 64 here: the whole sequence descends
+          b = lo;
+        } else {
+          const uint64_t pa = __shfl_xor_sync(0xffffffffu, a, stride);
+          const uint64_t pb = __shfl_xor_sync(0xffffffffu, b, stride);
+          const bool first = (l & stride) == 0;  // element index below its partner's
+          const bool da = (l & size) == 0, db = ((l + 32) & size) == 0;  // descending runs
+          a = (first == da) ? (a > pa ? a : pa) : (a < pa ? a : pa);
+          b = (first == db) ? (b > pb ? b : pb) : (b < pb ? b : pb);
+        }
+      }
+    }
+    G[l] = a;
+    G[l + 32] = b;
+  }
+  __syncthreads();
+}
+
+// finish_sorted (sampler.cuh) for nc <= 64 candidates, by warp 0 alone (no block barriers):
+// same weights, same exact top-p rule (ties kept together), same inverse-CDF draw, same token.
+__device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t* G, int nc, const WeightCtx& wc,
+                                                bool use_p, float tp, uint64_t joint_base, bool joint, int row) {
+  if (threadIdx.x >= 32) return;
+  const int l = threadIdx.x;
+  const bool va = l < nc, vb = l + 32 < nc;
+  const uint64_t wa = va ? weight_of(static_cast<uint32_t>(G[l] >> 32), wc) : 0ull;
+  const uint64_t wb = vb ? weight_of(static_cast<uint32_t>(G[l + 32] >> 32), wc) : 0ull;
+  const uint64_t ia = warp_incl_scan_u64(wa, l), ib = warp_incl_scan_u64(wb, l);
+  const uint64_t tot_a = __shfl_sync(0xffffffffu, ia, 31), tot_b = __shfl_sync(0xffffffffu, ib, 31);
+  const uint64_t exa = ia - wa, exb = tot_a + ib - wb;  // exclusive prefixes in token order j
+  const uint64_t total_k = tot_a + tot_b;
+  int nkeep = nc;
+  if (use_p && total_k > 0) {
+    const uint64_t base = joint ? joint_base : total_k;
+    const double tt = ceil(static_cast<double>(tp) * static_cast<double>(base));
+    const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
+    int J = __popc(__ballot_sync(0xffffffffu, va && exa < target)) + __popc(__ballot_sync(0xffffffffu, vb && exb < target));
+    if (J >= 1 && J < nc) {
+      const uint32_t kl = static_cast<uint32_t>(G[J - 1] >> 32);
+      J += __popc(__ballot_sync(0xffffffffu, va && l >= J && static_cast<uint32_t>(G[l] >> 32) == kl)) +
+           __popc(__ballot_sync(0xffffffffu, vb && l + 32 >= J && static_cast<uint32_t>(G[l + 32] >> 32) == kl));
+    }
+    nkeep = J < 1 ? 1 : J;
+  }
+  const uint64_t tot = warp_sum_u64((l < nkeep ? wa : 0ull) + (l + 32 < nkeep ? wb : 0ull));
+  if (tot == 0) {
+    if (l == 0) p.out_idx[row] = 0;
+    return;
+  }
+  const uint64_t seed = static_cast<uint64_t>(p.seed_arr ? p.seed_arr[p.seed_per_row ? row : 0] : p.seed_val);
+  const uint64_t offset = static_cast<uint64_t>(p.offset_arr ? p.offset_arr[p.offset_per_row ? row : 0] : p.offset_val);
+  const uint64_t tgt = __umul64hi(row_random64(seed, offset, static_cast<uint32_t>(row)), tot);
+  if (l < nkeep && wa > 0 && exa <= tgt && tgt < exa + wa)
+    p.out_idx[row] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(G[l]));
+  if (l + 32 < nkeep && wb > 0 && exb <= tgt && tgt < exb + wb)
+    p.out_idx[row] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(G[l + 32]));
+}
+
 // Keeps the entries >= t of buf[0..n) (in place, order not kept); returns the new count.
 __device__ int compact_ge(uint64_t* buf, int n, uint64_t t, int* s_new) {
   const int tid = threadIdx.x, lane = tid & 31;
@@ -218,12 +287,39 @@ __device__ int compact_ge(uint64_t* buf, int n, uint64_t t, int* s_new) {
   return *s_new;
 }
 
+// Phase timestamps of row 0 / rank 0 (globaltimer ns) for profiling builds only
+// (nvcc -DFIB_SAMPLING_PROFILE; read with the exported prof_read()).
+#ifdef FIB_SAMPLING_PROFILE
+__device__ unsigned long long g_fib_prof[16];
+#define FIB_PROF(i)                                                      \
+  do {                                                                   \
+    if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) {         \
+      unsigned long long t_;                                             \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));             \
+      g_fib_prof[i] = t_;                                                \
+    }                                                                    \
+  } while (0)
+#define FIB_PROF_ADD(i, v) \
+  do { if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) g_fib_prof[i] += (v); } while (0)
+#else
+#define FIB_PROF(i) \
+  do {              \
+  } while (0)
+#define FIB_PROF_ADD(i, v) \
+  do {                     \
+  } while (0)
+#endif
+
 template <int DT>
 __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
-  extern __shared__ __align__(128) unsigned char dsm[];
+  extern __shared__ __align__(16) unsigned char dsm[];
 #if FIB_HAS_CLUSTER
   const int row = blockIdx.y;
   const uint32_t rank = cl_rank(), S = cl_size();
+  FIB_PROF(0);
+#ifdef FIB_SAMPLING_PROFILE
+  if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) g_fib_prof[10] = g_fib_prof[11] = 0ull;
+#endif
   const int V = p.V;
   const bool logits = p.is_logits != 0;
   int k = 0;
@@ -253,9 +349,9 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   const float scale = logits ? __fdiv_rn(1.4426950408889634f, T) : 1.0f;
 
   constexpr int ESIZE = (DT == kF32) ? 4 : 2;
-  constexpr int TB = 4 * ESIZE;                          // bytes per thread per stage
   constexpr int STAGE_BYTES = kFilterStage * ESIZE;
-  constexpr int NST = kFilterRingBytes / STAGE_BYTES;    // 7 (fp32) or 14 (16-bit)
+  constexpr int NST = kFilterRingBytes / STAGE_BYTES;    // 2 (fp32) or 5 (16-bit)
+  constexpr int NV = (DT == kF32) ? 2 : 1;                // 16-byte vectors per thread per stage
   unsigned char* ring = dsm;
   uint64_t* buf = reinterpret_cast<uint64_t*>(dsm + kFilterRingBytes);
   __shared__ uint64_t bars[NST];
@@ -267,6 +363,9 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   __shared__ double s_js[kWarps];
   __shared__ float s_cm;   // this CTA's joint (max, sum of exp2((x - max) * scale)) / probs sum
   __shared__ double s_cs;
+  __shared__ int s_rcnt[kMaxCluster];  // rank 0, push mode: the sets pushed by the other ranks
+  __shared__ float s_rcm[kMaxCluster];
+  __shared__ double s_rcs[kMaxCluster];
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 
   // slice of the row, its 16-byte aligned body (TMA) and the unaligned head/tail tokens
@@ -299,14 +398,15 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     }
   }
 
+  FIB_PROF(1);
   float jm = -INFINITY;  // joint: per-thread online max / sum (logits) or sum (probs)
   float js = 0.0f;
-  auto joint_add = [&](const float (&x)[4], int nvalid) {
+  auto joint_add = [&](const float (&x)[kFilterPer], uint32_t vmask) {
     if (logits) {
       float m = jm;
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (j < nvalid) m = fmaxf(m, x[j]);  // fmaxf drops NaN
+      for (int j = 0; j < kFilterPer; ++j)
+        if ((vmask >> j) & 1u) m = fmaxf(m, x[j]);  // fmaxf drops NaN
       if (m > jm) {
         js = (jm == -INFINITY) ? 0.0f : js * exp2f(__fmul_rn(__fsub_rn(jm, m), scale));
         jm = m;
@@ -314,105 +414,122 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       if (jm != -INFINITY) {
         if (jm == INFINITY) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) js += (j < nvalid && x[j] == INFINITY) ? 1.0f : 0.0f;
+          for (int j = 0; j < kFilterPer; ++j) js += (((vmask >> j) & 1u) && x[j] == INFINITY) ? 1.0f : 0.0f;
         } else {
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-            if (j < nvalid) js += exp2f(__fmul_rn(__fsub_rn(fmaxf(x[j], -INFINITY), jm), scale));
+          for (int j = 0; j < kFilterPer; ++j)
+            if ((vmask >> j) & 1u) js += exp2f(__fmul_rn(__fsub_rn(fmaxf(x[j], -INFINITY), jm), scale));
         }
       }
     } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (j < nvalid) js += fmaxf(x[j], 0.0f);
+      for (int j = 0; j < kFilterPer; ++j)
+        if ((vmask >> j) & 1u) js += fmaxf(x[j], 0.0f);
     }
   };
-  // appends the tokens of this thread that pass c >= tau (warp-aggregated; all lanes call);
-  // returns true when the buffer count after this warp's append exceeds the compaction trigger
-  auto append = [&](const float (&x)[4], int i0, int nvalid, uint64_t tau) -> bool {
-    uint64_t c[4];
-    int cntl = 0;
+  // compaction trigger: small buffers compact cheaply and tighten tau early (fewer warps then
+  // take the append path); never above kFilterTrigger (room for one more stage)
+  const int trig = min(kFilterTrigger, max(4 * k, 1024));
+  // appends the tokens of this thread that pass c >= tau (one ballot per token slot, one shared
+  // atomic per warp; all lanes call); true when the count after this warp's append exceeds trig
+  // token j of this thread sits at slice index i0 + j (j < 4) or i1 + j - 4 (j >= 4)
+  // Once tau is above the floor value (open == false) a raw float compare x >= tf decides (it
+  // admits ties at tf, harmless extras) and composites are built for the admitted tokens only.
+  auto comp = [&](float x, int i) -> uint64_t {
+    return (static_cast<uint64_t>(f2key(sanitize(x, logits))) << 32) | (0xffffffffu - static_cast<uint32_t>(start + i));
+  };
+  auto append = [&](const float (&x)[kFilterPer], int i0, int i1, uint32_t vmask, uint64_t tau, bool open,
+                    float tf) -> bool {
+    unsigned m[kFilterPer];
+    int wtot = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float v = sanitize(x[j], logits);
-      c[j] = (static_cast<uint64_t>(f2key(v)) << 32) | (0xffffffffu - static_cast<uint32_t>(start + i0 + j));
-      const bool pass = j < nvalid && c[j] >= tau;
-      if (!pass) c[j] = 0ull;
-      cntl += pass ? 1 : 0;
+    for (int j = 0; j < kFilterPer; ++j) {
+      const int i = j < 4 ? i0 + j : i1 + (j - 4);
+      const bool pass = ((vmask >> j) & 1u) && (open ? comp(x[j], i) >= tau : x[j] >= tf);
+      m[j] = __ballot_sync(0xffffffffu, pass);
+      wtot += __popc(m[j]);
     }
-    int incl = cntl;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int o = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += o;
-    }
-    const int wtot = __shfl_sync(0xffffffffu, incl, 31);
     if (wtot == 0) return false;
     int base = 0;
-    if (lane == 31) base = atomicAdd(&s_cnt, wtot);
-    base = __shfl_sync(0xffffffffu, base, 31);
-    const bool over = base + wtot > kFilterTrigger;
-    base += incl - cntl;
+    if (lane == 0) base = atomicAdd(&s_cnt, wtot);
+    base = __shfl_sync(0xffffffffu, base, 0);
+    const bool over = base + wtot > trig;
+    const unsigned lt = (1u << lane) - 1u;
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (c[j]) buf[base++] = c[j];
+    for (int j = 0; j < kFilterPer; ++j) {
+      if ((m[j] >> lane) & 1u) buf[base + __popc(m[j] & lt)] = comp(x[j], j < 4 ? i0 + j : i1 + (j - 4));
+      base += __popc(m[j]);
+    }
     return over;
   };
-  auto to_f32 = [&](const unsigned char* src, float (&x)[4]) {
-    if constexpr (DT == kF32) {
-      const float4 f = *reinterpret_cast<const float4*>(src);
-      x[0] = f.x; x[1] = f.y; x[2] = f.z; x[3] = f.w;
-    } else {
-      const uint2 u = *reinterpret_cast<const uint2*>(src);
-      const uint32_t w2[2] = {u.x, u.y};
+  // one 16-byte vector of shared memory -> 4 (fp32) or 8 (16-bit) floats at x[o..]
+  auto unpack = [&](const uint4 u, float (&x)[kFilterPer], int o) {
+    const uint32_t w4[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        if constexpr (DT == kBF16) {
-          x[2 * j] = __uint_as_float(w2[j] << 16);
-          x[2 * j + 1] = __uint_as_float(w2[j] & 0xffff0000u);
-        } else {
-          x[2 * j] = __half2float(__ushort_as_half(static_cast<unsigned short>(w2[j] & 0xffffu)));
-          x[2 * j + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w2[j] >> 16)));
-        }
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (DT == kF32) {
+        x[o + j] = __uint_as_float(w4[j]);
+      } else if constexpr (DT == kBF16) {
+        x[o + 2 * j] = __uint_as_float(w4[j] << 16);
+        x[o + 2 * j + 1] = __uint_as_float(w4[j] & 0xffff0000u);
+      } else {
+        x[o + 2 * j] = __half2float(__ushort_as_half(static_cast<unsigned short>(w4[j] & 0xffffu)));
+        x[o + 2 * j + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w4[j] >> 16)));
       }
     }
   };
 
+  const int extra = head + (n - tail0);  // unaligned head and tail tokens (< 16 bytes each)
   // head and tail tokens (< 16 bytes each): one per thread, before the ring (tau = 0: all pass)
   {
-    const int extra = head + (n - tail0);
     for (int e0 = 0; e0 < extra; e0 += kThreads) {  // warp-uniform trip count
       const int e = e0 + tid;
-      float x[4] = {0.f, 0.f, 0.f, 0.f};
-      int i = 0, nv = 0;
+      float x[kFilterPer] = {};
+      int i = 0;
+      uint32_t vm = 0u;
       if (e < extra) {
         i = e < head ? e : tail0 + (e - head);
         x[0] = load_elem<DT>(in_row, i);
-        nv = 1;
+        vm = 1u;
       }
-      if (joint) joint_add(x, nv);
-      append(x, i, nv, 0ull);
+      if (joint) joint_add(x, vm);
+      append(x, i, i, vm, 0ull, true, 0.0f);
     }
     __syncthreads();
   }
 
+  FIB_PROF(2);
   uint64_t tau = 0ull;
   for (int s = 0; s < nstages; ++s) {
     const int q = s % NST;
     const int sbytes = min(STAGE_BYTES, body_bytes - s * STAGE_BYTES);
     mbar_wait(&bars[q], static_cast<uint32_t>((s / NST) & 1));
-    float x[4] = {0.f, 0.f, 0.f, 0.f};
-    const bool have = tid * TB < sbytes;
-    if (have) to_f32(ring + q * STAGE_BYTES + tid * TB, x);
-    const int nv = have ? 4 : 0;
-    if (joint) joint_add(x, nv);
+    if (s == 0) FIB_PROF(3);
+    // thread tid holds the 16-byte vectors tid (and kThreads + tid for fp32) of the stage
+    float x[kFilterPer] = {};
+    uint32_t vm = 0u;
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+      const int off = (v * kThreads + tid) * 16;
+      if (off < sbytes) {
+        unpack(*reinterpret_cast<const uint4*>(ring + q * STAGE_BYTES + off), x, v * 4);
+        vm |= (DT == kF32 ? 0xfu : 0xffu) << (v * 4);
+      }
+    }
+    if (joint) joint_add(x, vm);
     // fast test: can any token of this warp reach tau? (raw values; NaN/negative/-0 compare low)
     const float tf = key2f(static_cast<uint32_t>(tau >> 32));
     const bool open = tau == 0ull || tf <= (logits ? -INFINITY : 0.0f);
-    const float m4 = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+    float mx = x[0];
+#pragma unroll
+    for (int j = 1; j < kFilterPer; ++j) mx = fmaxf(mx, x[j]);
     bool over = false;
-    if (__any_sync(0xffffffffu, have && (open || m4 >= tf)))
-      over = append(x, head + s * kFilterStage + tid * 4, nv, tau);
+    if (__any_sync(0xffffffffu, vm != 0u && (open || mx >= tf))) {
+      constexpr int TPV = 16 / ESIZE;  // tokens per vector
+      const int s0 = head + s * kFilterStage;
+      over = append(x, s0 + tid * TPV, DT == kF32 ? s0 + (kThreads + tid) * TPV : s0 + tid * TPV + 4, vm, tau,
+                    open, tf);
+    }
     // barrier: ring slot q fully read, appends done. The compaction decision comes from the
     // warps' own atomics (the count only grows within a stage), so no thread reads s_cnt while
     // a faster warp may already append the next stage.
@@ -427,6 +544,8 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     }
     if (compact) {
       const int cnt = s_cnt;
+      FIB_PROF_ADD(10, 1);
+      FIB_PROF_ADD(11, cnt);
       Segs sg;
       sg.seg[0] = buf;
       sg.cnt[0] = cnt;
@@ -441,6 +560,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     }
     tau = s_tau;
   }
+  FIB_PROF(4);
   // local top-k (exactly min(k, n) entries)
   {
     const int cnt = s_cnt;
@@ -454,6 +574,14 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       if (tid == 0) s_cnt = s_new;
     }
   }
+  FIB_PROF(5);
+#ifdef FIB_SAMPLING_PROFILE
+  if (blockIdx.y == 0 && tid == 0 && rank < 4) {
+    unsigned long long t_;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));
+    g_fib_prof[12 + rank] = t_;  // local top-k done, per rank
+  }
+#endif
   if (joint) {  // this CTA's (max, sum): logits relative to its max, probs a plain sum
     float m = jm;
 #pragma unroll
@@ -487,12 +615,73 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   }
   __syncthreads();
 
+  FIB_PROF(6);
   // ---- cluster merge: rank 0 selects the top-k of the S local sets
   uint64_t* G = buf;
   int nc0 = s_cnt;
   float cm = s_cm;
   double cs = s_cs;
-  if (S > 1) {
+  // push mode (the S-1 other sets fit rank 0's idle ring): every rank writes its set into rank 0
+  // over DSMEM, one more cluster barrier, then rank 0 works on local memory only. Otherwise rank 0
+  // reads the other CTAs' buffers remotely.
+  uint64_t* ring64 = reinterpret_cast<uint64_t*>(ring);
+  const bool push = static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
+  if (S > 1 && push) {
+    cl_sync();  // every CTA's set is final; rank 0's ring is idle
+    if (rank != 0) {
+      uint64_t* dst = cl_remote(ring64, 0u) + static_cast<int>(rank - 1) * k;
+      for (int i = tid; i < nc0; i += kThreads) dst[i] = buf[i];
+      if (tid == 0) {
+        *cl_remote(&s_rcnt[rank], 0u) = nc0;
+        *cl_remote(&s_rcm[rank], 0u) = cm;
+        *cl_remote(&s_rcs[rank], 0u) = cs;
+      }
+    }
+    cl_sync();  // the pushed sets are visible in rank 0
+    if (rank != 0) return;
+    Segs sg;
+    sg.nseg = static_cast<int>(S);
+    sg.seg[0] = buf;
+    sg.cnt[0] = nc0;
+    s_rcm[0] = cm;
+    s_rcs[0] = cs;
+    int total = nc0;
+    for (uint32_t r = 1; r < static_cast<uint32_t>(kMaxCluster); ++r) {
+      sg.seg[r] = ring64 + static_cast<int>(r - 1) * k;
+      sg.cnt[r] = r < S ? s_rcnt[r] : 0;
+      total += sg.cnt[r];
+    }
+    if (joint) {
+      float m = -INFINITY;
+      for (uint32_t r = 0; r < S; ++r) m = fmaxf(m, s_rcm[r]);
+      double acc = 0.0;
+      for (uint32_t r = 0; r < S; ++r) {
+        const float rm = s_rcm[r];
+        const double rs = s_rcs[r];
+        if (!logits) acc += rs;
+        else if (m == INFINITY) acc += (rm == INFINITY) ? rs : 0.0;
+        else if (rm != -INFINITY) acc += rs * exp2(static_cast<double>(rm - m) * scale);
+      }
+      cm = m;
+      cs = acc;
+    }
+    const uint64_t t = total <= k ? 0ull : kth_prefix(sg, k, ssel);
+    G = buf + kFilterMaxK;  // buf[0..nc0) is rank 0's own set (nc0 <= k <= kFilterMaxK)
+    if (tid == 0) s_new = 0;
+    __syncthreads();
+    sg.each([&](uint64_t v, bool valid) {
+      const bool keep = valid && v >= t;
+      const unsigned m = __ballot_sync(0xffffffffu, keep);
+      if (m) {
+        int base = 0;
+        if (lane == __ffs(m) - 1) base = atomicAdd(&s_new, __popc(m));
+        base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
+        if (keep) G[base + __popc(m & ((1u << lane) - 1u))] = v;
+      }
+    });
+    __syncthreads();
+    nc0 = s_new;
+  } else if (S > 1) {
     cl_sync();  // every CTA's buffer, count and joint partials are final
     if (rank != 0) {
       cl_arrive();
@@ -544,12 +733,18 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     cl_arrive();  // no remote reads after this point
   }
 
+  FIB_PROF(7);
   // ---- sort the k survivors; min-p, top-p, draw (the tail shared with the streaming kernel)
   int P = 32;
   while (P < nc0) P <<= 1;
   for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;
   __syncthreads();
-  bitonic_sort_desc(G, P);
+  if (P <= 64) {
+    warp_sort64_desc(G);
+  } else {
+    bitonic_sort_desc(G, P);
+  }
+  FIB_PROF(8);
   const float mval = key2f(static_cast<uint32_t>(G[0] >> 32));
   WeightCtx wc;
   wc.m = mval;
@@ -589,9 +784,14 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     joint_base = static_cast<uint64_t>(tot * static_cast<double>(kFixScale));
     if (joint_base == 0) joint_base = 1;
   }
-  finish_sorted(p, G, nc, wc, use_p && wc.kind != 3 && (!joint || wc.kind <= 1), tp, joint_base, joint, row,
-                s_scratch, &s_tot);
-  if (S > 1) cl_wait();
+  const bool use_p2 = use_p && wc.kind != 3 && (!joint || wc.kind <= 1);
+  if (P <= 64) {
+    finish_sorted64(p, G, nc, wc, use_p2, tp, joint_base, joint, row);
+  } else {
+    finish_sorted(p, G, nc, wc, use_p2, tp, joint_base, joint, row, s_scratch, &s_tot);
+  }
+  FIB_PROF(9);
+  if (S > 1 && !push) cl_wait();  // (remote mode: the other CTAs wait for rank 0's reads)
 #else
   (void)dsm;
   (void)p;

@@ -34,6 +34,7 @@ struct Params {
   int64_t* out_idx;   // sample output
   int B, V, chunk;
   int is_logits, mode, resident, joint;
+  int elem16;  // input is bf16/fp16 (launch policy only)
   int hist_bytes;  // bytes of histogram space before the resident keys (0: no top-k/top-p)
   const void* top_k_arr;
   int top_k_is64, top_k_val, has_topk;
