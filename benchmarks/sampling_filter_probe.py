@@ -166,7 +166,8 @@ def profile(log):
         r = {"B": B, "V": V, "cluster": cl, "k": k, "src": src}
         r.update({n: vals[i] / 1000.0 for i, n in enumerate(names)})
         r["compactions"], r["compacted_entries"] = vals[9], vals[10]
-        r["rank_local_done"] = [v / 1000.0 for v in vals[11:15]]
+        r["first_compaction"] = [vals[11] / 1000.0, vals[12] / 1000.0]
+        r["slow_warp_stages"], r["warp_stages"] = vals[13], vals[14]
         rows.append(r)
         log("prof " + " ".join(f"{a}={b:.2f}" if isinstance(b, float) else f"{a}={b}" for a, b in r.items()))
     return rows

@@ -397,7 +397,8 @@ tvm::ffi::String prof_read() {
   std::string r;
   for (int i = 1; i <= 9; ++i) r += std::to_string(static_cast<long long>(h[i] - h[0])) + ",";
   r += std::to_string(h[10]) + "," + std::to_string(h[11]);
-  for (int i = 12; i < 16; ++i) r += "," + std::to_string(static_cast<long long>(h[i] - h[0]));
+  r += "," + std::to_string(static_cast<long long>(h[12] - h[0])) + "," + std::to_string(static_cast<long long>(h[13] - h[0]));
+  r += "," + std::to_string(h[14]) + "," + std::to_string(h[15]);
   return tvm::ffi::String(r);
 }
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(prof_read, prof_read);
