@@ -754,7 +754,8 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   // ---- sort the k survivors; min-p, top-p, draw (the tail shared with the streaming kernel)
   int P = 32;
   while (P < nc0) P <<= 1;
-  for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;
+  // (the warp network always sorts 64 entries: pad all of them, stale buffer data must not enter)
+  for (int j = nc0 + tid; j < (P <= 64 ? 64 : P); j += kThreads) G[j] = 0ull;
   __syncthreads();
   if (P <= 64) {
     warp_sort64_desc(G);
