@@ -444,12 +444,19 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
                     float tf) -> bool {
     unsigned m[kFilterPer];
     int wtot = 0;
+    if (open) {  // (warp-uniform) composites needed to decide
 #pragma unroll
-    for (int j = 0; j < kFilterPer; ++j) {
-      const int i = j < 4 ? i0 + j : i1 + (j - 4);
-      const bool pass = ((vmask >> j) & 1u) && (open ? comp(x[j], i) >= tau : x[j] >= tf);
-      m[j] = __ballot_sync(0xffffffffu, pass);
-      wtot += __popc(m[j]);
+      for (int j = 0; j < kFilterPer; ++j) {
+        const int i = j < 4 ? i0 + j : i1 + (j - 4);
+        m[j] = __ballot_sync(0xffffffffu, ((vmask >> j) & 1u) && comp(x[j], i) >= tau);
+        wtot += __popc(m[j]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kFilterPer; ++j) {
+        m[j] = __ballot_sync(0xffffffffu, ((vmask >> j) & 1u) && x[j] >= tf);
+        wtot += __popc(m[j]);
+      }
     }
     if (wtot == 0) return false;
     int base = 0;
@@ -459,8 +466,10 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     const unsigned lt = (1u << lane) - 1u;
 #pragma unroll
     for (int j = 0; j < kFilterPer; ++j) {
-      if ((m[j] >> lane) & 1u) buf[base + __popc(m[j] & lt)] = comp(x[j], j < 4 ? i0 + j : i1 + (j - 4));
-      base += __popc(m[j]);
+      if (m[j] != 0u) {  // warp-uniform: most slots of an appending warp are empty
+        if ((m[j] >> lane) & 1u) buf[base + __popc(m[j] & lt)] = comp(x[j], j < 4 ? i0 + j : i1 + (j - 4));
+        base += __popc(m[j]);
+      }
     }
     return over;
   };
