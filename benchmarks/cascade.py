@@ -10,6 +10,9 @@ Per level: fib's shared level, unique level (merge fused), FlashInfer's two pref
 its merge_state_in_place. Floors: bytes moved once / copy bandwidth (measured in this run,
 anchor 4285 GB/s) and FLOPs / 790 TFLOP/s.
 
+merge_state here uses the flushed-graph method of the attention levels; benchmarks/merge_state_device.py
+times it under three methods (dirty flush, clean flush, steady state) next to a same-size copy.
+
 Writes benchmarks/results/cascade_h200.json and .md (or --out DIR).
 Usage: python benchmarks/cascade.py [--quick] [--out DIR]
 """

@@ -127,6 +127,21 @@ _SPECS: Dict[str, _Spec] = {
     # ---- metrics (fib_runtime.metrics) ----------------------------------------------------
     "FIB_METRICS": _Spec(_bool, True,
         "Export Prometheus metrics (the dispatcher's in-process stats() work either way)."),
+    # ---- precompiled kernels (fib_runtime.kernels; read by the loader / the C++ launch code) --
+    "FIB_KERNELS_DIR": _Spec(_path, None,
+        "Folder holding libfib_<family>.so instead of the package's _bin (e.g. a profiling build)."),
+    "FIB_DISABLE_KERNELS": _Spec(_str, None,
+        "'1' or a comma list of families: report those kernels unavailable (the dispatcher falls back)."),
+    "FIB_SAMPLING_CLUSTER": _Spec(_int, 0,
+        "Sampling kernel choice (benchmarks): 0 automatic; 1..8 resident-row cluster kernel with that many "
+        "CTAs per row; -1 streaming kernel; 999 the policy before the filter kernel; 1000+S filter kernel."),
+    "FIB_SAMPLING_FILTER_MIN_TOKENS": _Spec(_float, 6.0e6,
+        "Automatic policy: top-k sampling calls of at least this many fp32 tokens (B*V; 16-bit count half) "
+        "and B >= 48 use the one-pass filter kernel on sm_90 (read once per device by the C++ side)."),
+    "FIB_SAMPLING_STREAM_MIN_B": _Spec(_int, 96,
+        "Below the filter threshold: batches from this size use the streaming kernel, smaller ones the cluster kernel."),
+    "FIB_SAMPLING_EXPLICIT_STREAM": _Spec(_bool, False,
+        "Pass torch's current stream explicitly instead of tvm-ffi's stream context (debugging)."),
 }
 
 
