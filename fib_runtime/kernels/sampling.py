@@ -1,8 +1,10 @@
 """Precompiled CUDA samplers: ``fib_runtime.kernels.sampling.*``.
 
-One kernel launch per call (one thread-block cluster per row on Hopper), no host-device sync,
-no allocation besides the output (pass ``out=`` to avoid that too), launched on the caller's
-current CUDA stream (apache-tvm-ffi hands the library torch's current stream).
+One kernel launch per call, no host-device sync, no allocation besides the output (pass ``out=``
+to avoid that too), launched on the caller's current CUDA stream (apache-tvm-ffi hands the library
+torch's current stream). Which kernel runs (resident-row cluster kernel, streaming kernel, or the
+one-pass filter kernel for large top-k sampling batches on sm_90) is decided per call from B, V
+and the dtype; every kernel gives the same tokens for the same inputs (docs/kernels.md).
 
 Semantics (documented rules; the tests check them):
 - ``probs`` are float32 ``[B, V]``; ``logits`` float32, bfloat16 or float16 ``[B, V]``; rows must be
