@@ -8,17 +8,23 @@
 //     so ~40 KB per CTA are in flight independently of the threads' work.
 //  2. Each token becomes the unique 64-bit composite c = key << 32 | (2^32-1-index) (value
 //     descending, lower index first: the documented tie rule). A token can only matter if
-//     c >= tau, tau = the k-th largest composite seen so far in this slice; a warp first tests
-//     its raw values against tau's float value in one vote (NaN, negative probabilities and -0
-//     all compare below it), and only warps with a possible candidate build composites and append
-//     them to a shared-memory buffer. When the buffer fills, an exact radix select raises tau to
-//     the current k-th largest and compacts the buffer to k entries.
-//  3. Rank 0 of the cluster selects the exact top-k among the S local top-k sets (read over
-//     distributed shared memory), sorts those k, and runs the same tail as the other paths
-//     (min-p, exact top-p on integer prefix sums in either order, one Philox draw per row).
+//     c >= tau, tau = the k-th largest composite of this slice's buffer at its last compaction; a
+//     warp first tests its raw values against tau's float value in one vote (NaN, negative
+//     probabilities and -0 all compare below it), and only warps with a possible candidate build
+//     composites and append them to a shared-memory buffer (one shared atomic per warp). When the
+//     buffer passes the trigger, an exact radix select raises tau to the current k-th largest and
+//     compacts the buffer to k entries. One block barrier per 4096-token stage.
+//  3. Rank 0 of the cluster selects the exact top-k among the S local top-k sets (pushed into its
+//     idle ring over DSMEM, or read remotely when they do not fit), sorts those k (one warp for
+//     k <= 64), and runs the same tail as the other paths (min-p, exact top-p on integer prefix
+//     sums in either order, one Philox draw per row): the same token as the other kernels.
 // Radix selects start at the highest bit in which the candidates differ (min/max first), so
-// similar values (peaked or flat rows) do not pile into one histogram bin. Rows this kernel does not cover (no top-k, k >= V, k > kFilterMaxK,
-// greedy temperature) run the general algorithm (sample_row, slices read from global memory).
+// similar values (peaked or flat rows) do not pile into one histogram bin. Rows this kernel does
+// not cover (no top-k, k >= V, k > kFilterMaxK, greedy temperature) run the general algorithm
+// (sample_row, slices read from global memory).
+// Measured on the H200 (benchmarks/results/sampling_h200.md): ~2x the memory floor from B=256. In
+// profiling builds a stage costs ~1.1 us with 37-95% of the warps appending and ~0.5 us with no
+// filter work at all: that per-stage cost, not memory, bounds the kernel today.
 #pragma once
 #include "fib/sampling/sampler.cuh"
 
