@@ -1,8 +1,11 @@
 // fib-runtime sampling family: tvm-ffi bindings and launch logic.
 // Exported functions (see fib_runtime/kernels/sampling.py for the Python API):
-//   sample(...)            -> int64 cluster size used; one launch, no host sync, no allocation
+//   sample(...)            -> int64 the kernel used: S (cluster kernel, S CTAs per row), -1
+//                             (streaming kernel) or 1000 + S (filter kernel); one launch, no host
+//                             sync, no allocation
 //   current_stream(t)      -> int64 the stream tvm-ffi hands this library for t's device
-//   launch_config(B, V, dtype_code, cluster) -> "S,chunk,resident,smem"
+//   launch_config(B, V, dtype_code, cluster, device) -> "S,chunk,resident,smem,sms,major,kind"
+//   prof_read()            -> the filter kernel's phase times (profiling builds only)
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
@@ -162,8 +165,8 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster) {
   return (p.B >= 48 && tokens >= d.filter_min_tokens) ? kFilter : legacy;
 }
 
-// CTAs per row of the filter kernel: enough CTAs for ~2 per SM (two fit per SM), slices of at
-// least 4096 tokens, at most 8 (portable cluster size).
+// CTAs per row of the filter kernel: forced (cluster = 1000 + S) or automatic, then at most one
+// CTA per 4096 tokens (automatic only) and at most 8 (portable cluster size).
 int filter_cluster(const DevInfo& d, int B, int V, int cluster) {
   // automatic: 2 CTAs per row below one CTA per SM (B=64, V=128256: S=2 38 us, S=1 47, S=4 54),
   // else 1
