@@ -70,6 +70,34 @@ struct WeightCtx {
   int kind;     // 0 logits, 1 probs, 2 max is +inf (uniform over +inf), 3 degenerate (all zero)
 };
 
+// The weights of a row whose maximum is mval; logit_scale = log2(e)/T (logits only).
+__device__ __forceinline__ WeightCtx make_weight_ctx(float mval, bool logits, float logit_scale) {
+  WeightCtx wc;
+  wc.m = mval;
+  wc.scale = 1.0f;
+  if (mval == INFINITY) {
+    wc.kind = 2;
+  } else if (logits) {
+    if (mval == -INFINITY) {
+      wc.kind = 3;
+    } else {
+      wc.kind = 0;
+      wc.scale = logit_scale;
+    }
+  } else if (!(mval > 0.0f)) {
+    wc.kind = 3;
+  } else {
+    wc.kind = 1;
+    wc.scale = __fdiv_rn(1.0f, mval);
+  }
+  return wc;
+}
+
+// min-p threshold value: p >= min_p * p_max (probs), l >= l_max + T ln(min_p) (logits).
+__device__ __forceinline__ float min_p_threshold(const WeightCtx& wc, bool logits, float T, float mp) {
+  return logits ? (wc.kind == 0 ? __fadd_rn(wc.m, __fmul_rn(T, logf(mp))) : wc.m) : __fmul_rn(mp, wc.m);
+}
+
 __device__ __forceinline__ uint64_t weight_of(uint32_t key, const WeightCtx& c) {
   float f = key2f(key);
   float w;

@@ -262,6 +262,22 @@ __device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t*
     p.out_idx[row] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(G[l + 32]));
 }
 
+// Combines n partials (m_i, s_i) of sum exp2((x - m) * scale) (logits: a max and a sum relative to
+// it; probs: plain sums, m unused) into one: returns the sum, *m_out its max. Any thread.
+__device__ __forceinline__ double combine_partials(const float* m, const double* s, int n, bool logits, float scale,
+                                                   float* m_out) {
+  float cm = -INFINITY;
+  for (int i = 0; i < n; ++i) cm = fmaxf(cm, m[i]);
+  double cs = 0.0;
+  for (int i = 0; i < n; ++i) {
+    if (!logits) cs += s[i];
+    else if (cm == INFINITY) cs += (m[i] == INFINITY) ? s[i] : 0.0;
+    else if (m[i] != -INFINITY) cs += s[i] * exp2(static_cast<double>(m[i] - cm) * scale);
+  }
+  *m_out = cm;
+  return cs;
+}
+
 // Keeps the entries >= t of buf[0..n) (in place, order not kept); returns the new count.
 __device__ int compact_ge(uint64_t* buf, int n, uint64_t t, int* s_new) {
   const int tid = threadIdx.x, lane = tid & 31;
@@ -328,19 +344,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
 #endif
   const int V = p.V;
   const bool logits = p.is_logits != 0;
-  int k = 0;
-  if (p.has_topk) {
-    if (p.top_k_arr) {
-      if (p.top_k_is64) {
-        long long kk = reinterpret_cast<const long long*>(p.top_k_arr)[row];
-        k = kk > 0x7fffffffLL ? 0x7fffffff : (kk < 0 ? 0 : static_cast<int>(kk));
-      } else {
-        k = reinterpret_cast<const int*>(p.top_k_arr)[row];
-      }
-    } else {
-      k = p.top_k_val;
-    }
-  }
+  int k = row_top_k(p, row);
   const float T = logits ? (p.temp_arr ? p.temp_arr[row] : p.temp_val) : 1.0f;
   if (!(k > 0 && k < V && k <= kFilterMaxK) || (logits && !(T > 0.0f))) {
     sample_row<DT>(p, dsm, row, rank, S, p.chunk, false);  // general algorithm over the cluster
@@ -632,18 +636,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       s_js[wid] = c;
     }
     __syncthreads();
-    if (tid == 0) {
-      float cm = -INFINITY;
-      for (int w = 0; w < kWarps; ++w) cm = fmaxf(cm, s_jm[w]);
-      double cs = 0.0;
-      for (int w = 0; w < kWarps; ++w) {
-        if (!logits) cs += s_js[w];
-        else if (cm == INFINITY) cs += (s_jm[w] == INFINITY) ? s_js[w] : 0.0;
-        else if (s_jm[w] != -INFINITY) cs += s_js[w] * exp2(static_cast<double>(s_jm[w] - cm) * scale);
-      }
-      s_cm = cm;
-      s_cs = cs;
-    }
+    if (tid == 0) s_cs = combine_partials(s_jm, s_js, kWarps, logits, scale, &s_cm);
   }
   __syncthreads();
 
@@ -658,98 +651,55 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   // reads the other CTAs' buffers remotely.
   uint64_t* ring64 = reinterpret_cast<uint64_t*>(ring);
   const bool push = static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
-  if (S > 1 && push) {
-    cl_sync();  // every CTA's set is final; rank 0's ring is idle
-    if (rank != 0) {
-      uint64_t* dst = cl_remote(ring64, 0u) + static_cast<int>(rank - 1) * k;
-      for (int i = tid; i < nc0; i += kThreads) dst[i] = buf[i];
+  if (S > 1) {
+    cl_sync();  // every CTA's set, count and joint partials are final; rank 0's ring is idle
+    Segs sg;
+    sg.nseg = static_cast<int>(S);
+    if (push) {
+      if (rank != 0) {
+        uint64_t* dst = cl_remote(ring64, 0u) + static_cast<int>(rank - 1) * k;
+        for (int i = tid; i < nc0; i += kThreads) dst[i] = buf[i];
+        if (tid == 0) {
+          *cl_remote(&s_rcnt[rank], 0u) = nc0;
+          *cl_remote(&s_rcm[rank], 0u) = cm;
+          *cl_remote(&s_rcs[rank], 0u) = cs;
+        }
+      }
+      cl_sync();  // the pushed sets are visible in rank 0
+      if (rank != 0) return;
+      sg.seg[0] = buf;
+      sg.cnt[0] = nc0;
+      for (uint32_t r = 1; r < static_cast<uint32_t>(kMaxCluster); ++r) {
+        sg.seg[r] = ring64 + static_cast<int>(r - 1) * k;
+        sg.cnt[r] = r < S ? s_rcnt[r] : 0;
+      }
       if (tid == 0) {
-        *cl_remote(&s_rcnt[rank], 0u) = nc0;
-        *cl_remote(&s_rcm[rank], 0u) = cm;
-        *cl_remote(&s_rcs[rank], 0u) = cs;
+        s_rcm[0] = cm;
+        s_rcs[0] = cs;
       }
-    }
-    cl_sync();  // the pushed sets are visible in rank 0
-    if (rank != 0) return;
-    Segs sg;
-    sg.nseg = static_cast<int>(S);
-    sg.seg[0] = buf;
-    sg.cnt[0] = nc0;
-    s_rcm[0] = cm;
-    s_rcs[0] = cs;
-    int total = nc0;
-    for (uint32_t r = 1; r < static_cast<uint32_t>(kMaxCluster); ++r) {
-      sg.seg[r] = ring64 + static_cast<int>(r - 1) * k;
-      sg.cnt[r] = r < S ? s_rcnt[r] : 0;
-      total += sg.cnt[r];
-    }
-    if (joint) {
-      float m = -INFINITY;
-      for (uint32_t r = 0; r < S; ++r) m = fmaxf(m, s_rcm[r]);
-      double acc = 0.0;
-      for (uint32_t r = 0; r < S; ++r) {
-        const float rm = s_rcm[r];
-        const double rs = s_rcs[r];
-        if (!logits) acc += rs;
-        else if (m == INFINITY) acc += (rm == INFINITY) ? rs : 0.0;
-        else if (rm != -INFINITY) acc += rs * exp2(static_cast<double>(rm - m) * scale);
+      G = buf + kFilterMaxK;  // buf[0..nc0) is rank 0's own set (nc0 <= k <= kFilterMaxK)
+    } else {
+      if (rank != 0) {
+        cl_arrive();
+        cl_wait();  // rank 0 reads this CTA's buffer until it arrives
+        return;
       }
-      cm = m;
-      cs = acc;
-    }
-    const uint64_t t = total <= k ? 0ull : kth_prefix(sg, k, ssel);
-    G = buf + kFilterMaxK;  // buf[0..nc0) is rank 0's own set (nc0 <= k <= kFilterMaxK)
-    if (tid == 0) s_new = 0;
-    __syncthreads();
-    sg.each([&](uint64_t v, bool valid) {
-      const bool keep = valid && v >= t;
-      const unsigned m = __ballot_sync(0xffffffffu, keep);
-      if (m) {
-        int base = 0;
-        if (lane == __ffs(m) - 1) base = atomicAdd(&s_new, __popc(m));
-        base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
-        if (keep) G[base + __popc(m & ((1u << lane) - 1u))] = v;
+      for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r) {
+        sg.seg[r] = r < S ? cl_remote(buf, r) : nullptr;
+        sg.cnt[r] = r < S ? *cl_remote(&s_cnt, r) : 0;
       }
-    });
-    __syncthreads();
-    nc0 = s_new;
-  } else if (S > 1) {
-    cl_sync();  // every CTA's buffer, count and joint partials are final
-    if (rank != 0) {
-      cl_arrive();
-      cl_wait();
-      return;
+      if (tid < static_cast<int>(S)) {
+        s_rcm[tid] = *cl_remote(&s_cm, tid);
+        s_rcs[tid] = *cl_remote(&s_cs, tid);
+      }
+      G = reinterpret_cast<uint64_t*>(ring);  // the ring is idle now (every stage consumed)
     }
-    Segs sg;
-    sg.nseg = static_cast<int>(S);
     int total = 0;
-    for (uint32_t r = 0; r < S; ++r) {
-      sg.seg[r] = cl_remote(buf, r);
-      sg.cnt[r] = *cl_remote(&s_cnt, r);
-      total += sg.cnt[r];
-    }
-    for (uint32_t r = S; r < static_cast<uint32_t>(kMaxCluster); ++r) {
-      sg.seg[r] = nullptr;
-      sg.cnt[r] = 0;
-    }
-    if (joint) {
-      float m = -INFINITY;
-      for (uint32_t r = 0; r < S; ++r) m = fmaxf(m, *cl_remote(&s_cm, r));
-      double acc = 0.0;
-      for (uint32_t r = 0; r < S; ++r) {
-        const float rm = *cl_remote(&s_cm, r);
-        const double rs = *cl_remote(&s_cs, r);
-        if (!logits) acc += rs;
-        else if (m == INFINITY) acc += (rm == INFINITY) ? rs : 0.0;
-        else if (rm != -INFINITY) acc += rs * exp2(static_cast<double>(rm - m) * scale);
-      }
-      cm = m;
-      cs = acc;
-    }
-    const uint64_t t = total <= k ? 0ull : kth_prefix(sg, k, ssel);
-    G = reinterpret_cast<uint64_t*>(ring);  // the ring is idle now (every stage consumed)
+    for (int r = 0; r < sg.nseg; ++r) total += sg.cnt[r];
     if (tid == 0) s_new = 0;
-    __syncthreads();
+    __syncthreads();  // (s_rcm / s_rcs, s_new)
+    if (joint) cs = combine_partials(s_rcm, s_rcs, static_cast<int>(S), logits, scale, &cm);
+    const uint64_t t = total <= k ? 0ull : kth_prefix(sg, k, ssel);
     sg.each([&](uint64_t v, bool valid) {
       const bool keep = valid && v >= t;
       const unsigned m = __ballot_sync(0xffffffffu, keep);
@@ -762,7 +712,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     });
     __syncthreads();
     nc0 = s_new;
-    cl_arrive();  // no remote reads after this point
+    if (!push) cl_arrive();  // no remote reads after this point
   }
 
   FIB_PROF(7);
@@ -779,36 +729,8 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   }
   FIB_PROF(8);
   const float mval = key2f(static_cast<uint32_t>(G[0] >> 32));
-  WeightCtx wc;
-  wc.m = mval;
-  wc.scale = 1.0f;
-  if (mval == INFINITY) {
-    wc.kind = 2;
-  } else if (logits) {
-    if (mval == -INFINITY) {
-      wc.kind = 3;
-    } else {
-      wc.kind = 0;
-      wc.scale = scale;
-    }
-  } else if (!(mval > 0.0f)) {
-    wc.kind = 3;
-  } else {
-    wc.kind = 1;
-    wc.scale = __fdiv_rn(1.0f, mval);
-  }
-  int nc = nc0;
-  if (use_m && wc.kind != 3) {
-    const float t = logits ? (wc.kind == 0 ? __fadd_rn(mval, __fmul_rn(T, logf(mp))) : mval) : __fmul_rn(mp, mval);
-    const uint32_t tk = f2key(t);
-    int c = 0;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int j = 4 * tid + q;
-      c += __syncthreads_count(j < nc0 && static_cast<uint32_t>(G[j] >> 32) >= tk);
-    }
-    nc = c < 1 ? 1 : c;
-  }
+  const WeightCtx wc = make_weight_ctx(mval, logits, scale);
+  const int nc = (use_m && wc.kind != 3) ? min_p_keep(G, nc0, wc, logits, T, mp) : nc0;
   uint64_t joint_base = 0;
   if (joint) {
     double tot = 0.0;

@@ -52,6 +52,17 @@ struct Params {
   int seed_per_row, offset_per_row;
 };
 
+// Row `row`'s top-k parameter (0 when there is none; int64 values clamped to [0, 2^31-1]).
+__device__ __forceinline__ int row_top_k(const Params& p, int row) {
+  if (!p.has_topk) return 0;
+  if (!p.top_k_arr) return p.top_k_val;
+  if (p.top_k_is64) {
+    const long long kk = reinterpret_cast<const long long*>(p.top_k_arr)[row];
+    return kk > 0x7fffffffLL ? 0x7fffffff : (kk < 0 ? 0 : static_cast<int>(kk));
+  }
+  return reinterpret_cast<const int*>(p.top_k_arr)[row];
+}
+
 constexpr int kHistBufWords = 4 * kBins;           // one histogram buffer: 4 planes of u32
 constexpr int kHistBufBytes = kHistBufWords * 4;  // 32 KB (also holds 2048 u64 candidates)
 // Mass histogram: a u64 weight (< 2^45) is added as four 12-bit limbs into four u32 planes, so
@@ -177,6 +188,19 @@ __device__ __forceinline__ void bitonic_sort_desc(uint64_t* G, int P) {
   }
 }
 
+// min-p on a sorted candidate set G[0..nc) (nc <= 2048): how many to keep (at least 1). All threads.
+__device__ __forceinline__ int min_p_keep(const uint64_t* G, int nc, const WeightCtx& wc, bool logits, float T,
+                                          float mp) {
+  const uint32_t tk = f2key(min_p_threshold(wc, logits, T, mp));
+  int c = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int j = 4 * threadIdx.x + q;
+    c += __syncthreads_count(j < nc && static_cast<uint32_t>(G[j] >> 32) >= tk);
+  }
+  return c < 1 ? 1 : c;
+}
+
 // G[0..nc) = candidates (key << 32 | ~index) sorted descending (value desc, index asc), nc <= 2048.
 // top-p on the sorted prefix sums (exact, ties kept together), then the inverse-CDF draw.
 // base = joint ? full-row weight total : 0 (0: the kept total, i.e. top_k_first).
@@ -270,19 +294,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   const char* in_row = reinterpret_cast<const char*>(p.in) + (static_cast<int64_t>(row) * p.in_stride + start) * ESIZE;
 
   // ---- per-row parameters
-  int k = 0;
-  if (p.has_topk) {
-    if (p.top_k_arr) {
-      if (p.top_k_is64) {
-        long long kk = reinterpret_cast<const long long*>(p.top_k_arr)[row];
-        k = kk > 0x7fffffffLL ? 0x7fffffff : (kk < 0 ? 0 : static_cast<int>(kk));
-      } else {
-        k = reinterpret_cast<const int*>(p.top_k_arr)[row];
-      }
-    } else {
-      k = p.top_k_val;
-    }
-  }
+  int k = row_top_k(p, row);
   float tp = p.has_topp ? (p.top_p_arr ? p.top_p_arr[row] : p.top_p_val) : 1.0f;
   float mp = p.has_minp ? (p.min_p_arr ? p.min_p_arr[row] : p.min_p_val) : 0.0f;
   float T = logits ? (p.temp_arr ? p.temp_arr[row] : p.temp_val) : 1.0f;
@@ -370,26 +382,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   for (uint32_t r = 0; r < S; ++r) maxkey = max(maxkey, static_cast<uint32_t>(sh_gather[r]));
   const float mval = key2f(maxkey);
 
-  WeightCtx wc;
-  wc.m = mval;
-  wc.scale = 1.0f;
-  if (mval == INFINITY) {
-    wc.kind = 2;
-  } else if (logits) {
-    if (mval == -INFINITY) {
-      wc.kind = 3;
-    } else {
-      wc.kind = 0;
-      wc.scale = __fdiv_rn(1.4426950408889634f, T);
-    }
-  } else {
-    if (!(mval > 0.0f)) {
-      wc.kind = 3;
-    } else {
-      wc.kind = 1;
-      wc.scale = __fdiv_rn(1.0f, mval);
-    }
-  }
+  const WeightCtx wc = make_weight_ctx(mval, logits, logits ? __fdiv_rn(1.4426950408889634f, T) : 1.0f);
 
   // kept(key, i) = key > lo || (key == lo && i < cut)
   uint32_t lo = 0u;
@@ -459,17 +452,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
           cl_arrive();
           bitonic_sort_desc(G, P);
           int nk = nc < k ? nc : k;
-          if (use_m) {
-            const float t = logits ? (wc.kind == 0 ? __fadd_rn(mval, __fmul_rn(T, logf(mp))) : mval) : __fmul_rn(mp, mval);
-            const uint32_t tk = f2key(t);
-            int c = 0;
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int j = 4 * tid + q;
-              c += __syncthreads_count(j < nk && static_cast<uint32_t>(G[j] >> 32) >= tk);
-            }
-            nk = c < 1 ? 1 : c;
-          }
+          if (use_m) nk = min_p_keep(G, nk, wc, logits, T, mp);
           finish_sorted(p, G, nk, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch,
                         &sh_above);
         } else {
@@ -546,8 +529,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 
   // ---- 3. min-p
   if (use_m && wc.kind != 3) {
-    float t = logits ? (wc.kind == 0 ? __fadd_rn(mval, __fmul_rn(T, logf(mp))) : mval) : __fmul_rn(mp, mval);
-    uint32_t tk = f2key(t);
+    const uint32_t tk = f2key(min_p_threshold(wc, logits, T, mp));
     if (tk > lo) {
       lo = tk;
       cut = 0x7fffffff;

@@ -78,19 +78,7 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
   const int row = blockIdx.x;
   const int V = p.V;
   const bool logits = p.is_logits != 0;
-  int k = 0;
-  if (p.has_topk) {
-    if (p.top_k_arr) {
-      if (p.top_k_is64) {
-        long long kk = reinterpret_cast<const long long*>(p.top_k_arr)[row];
-        k = kk > 0x7fffffffLL ? 0x7fffffff : (kk < 0 ? 0 : static_cast<int>(kk));
-      } else {
-        k = reinterpret_cast<const int*>(p.top_k_arr)[row];
-      }
-    } else {
-      k = p.top_k_val;
-    }
-  }
+  int k = row_top_k(p, row);
   float T = logits ? (p.temp_arr ? p.temp_arr[row] : p.temp_val) : 1.0f;
   if (!(k > 0 && k < V && k <= kCand) || (logits && !(T > 0.0f))) {
     sample_row<DT>(p, dsm, row, 0u, 1u, V, false);  // general algorithm, one CTA
@@ -232,36 +220,8 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
   __syncthreads();
   bitonic_sort_desc(buf, P);
   const float mval = key2f(static_cast<uint32_t>(buf[0] >> 32));
-  WeightCtx wc;
-  wc.m = mval;
-  wc.scale = 1.0f;
-  if (mval == INFINITY) {
-    wc.kind = 2;
-  } else if (logits) {
-    if (mval == -INFINITY) {
-      wc.kind = 3;
-    } else {
-      wc.kind = 0;
-      wc.scale = scale;
-    }
-  } else if (!(mval > 0.0f)) {
-    wc.kind = 3;
-  } else {
-    wc.kind = 1;
-    wc.scale = __fdiv_rn(1.0f, mval);
-  }
-  int nc = nc0;
-  if (use_m && wc.kind != 3) {
-    const float t = logits ? (wc.kind == 0 ? __fadd_rn(mval, __fmul_rn(T, logf(mp))) : mval) : __fmul_rn(mp, mval);
-    const uint32_t tk = f2key(t);
-    int c = 0;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int j = 4 * tid + q;
-      c += __syncthreads_count(j < nc0 && static_cast<uint32_t>(buf[j] >> 32) >= tk);
-    }
-    nc = c < 1 ? 1 : c;
-  }
+  const WeightCtx wc = make_weight_ctx(mval, logits, scale);
+  const int nc = (use_m && wc.kind != 3) ? min_p_keep(buf, nc0, wc, logits, T, mp) : nc0;
   uint64_t joint_base = 0;
   if (joint) {
     double contrib = 0.0;
