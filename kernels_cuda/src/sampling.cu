@@ -394,7 +394,7 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
 // profiling builds: the filter kernel's phase timestamps of the last call (row 0, rank 0), as
 // "t1-t0,t2-t0,...,t9-t0 (ns),compactions,compacted entries"
 tvm::ffi::String prof_read() {
-  unsigned long long h[16] = {};
+  unsigned long long h[24] = {};
   check_cuda(cudaDeviceSynchronize(), "sync");
   check_cuda(cudaMemcpyFromSymbol(h, fs::g_fib_prof, sizeof(h)), "cudaMemcpyFromSymbol");
   std::string r;
@@ -402,6 +402,8 @@ tvm::ffi::String prof_read() {
   r += std::to_string(h[10]) + "," + std::to_string(h[11]);
   r += "," + std::to_string(static_cast<long long>(h[12] - h[0])) + "," + std::to_string(static_cast<long long>(h[13] - h[0]));
   r += "," + std::to_string(h[14]) + "," + std::to_string(h[15]);
+  for (int i = 16; i <= 19; ++i) r += "," + std::to_string(static_cast<long long>(h[i] - h[0]));
+  r += "," + std::to_string(h[21]);
   return tvm::ffi::String(r);
 }
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(prof_read, prof_read);

@@ -14,17 +14,20 @@
 //     composites and append them to a shared-memory buffer (one shared atomic per warp). When the
 //     buffer passes the trigger, an exact radix select raises tau to the current k-th largest and
 //     compacts the buffer to k entries. One block barrier per 4096-token stage.
-//  3. Rank 0 of the cluster selects the exact top-k among the S local top-k sets (pushed into its
-//     idle ring over DSMEM, or read remotely when they do not fit), sorts those k (one warp for
-//     k <= 64), and runs the same tail as the other paths (min-p, exact top-p on integer prefix
-//     sums in either order, one Philox draw per row): the same token as the other kernels.
+//  3. Rank 0 of the cluster selects the exact top-k among the S local sets (pushed whole into its
+//     idle ring over DSMEM when they fit, else compacted to k first or read remotely), sorts those
+//     k (one warp for k <= 64), and runs the same tail as the other paths (min-p, exact top-p on
+//     integer prefix sums in either order, one Philox draw per row): the same token as the other
+//     kernels.
 // Radix selects start at the highest bit in which the candidates differ (min/max first), so
 // similar values (peaked or flat rows) do not pile into one histogram bin. Rows this kernel does
 // not cover (no top-k, k >= V, k > kFilterMaxK, greedy temperature) run the general algorithm
 // (sample_row, slices read from global memory).
-// Measured on the H200 (benchmarks/results/sampling_h200.md): ~2x the memory floor from B=256. In
-// profiling builds a stage costs ~1.1 us with 37-95% of the warps appending and ~0.5 us with no
-// filter work at all: that per-stage cost, not memory, bounds the kernel today.
+// Measured on the H200 (benchmarks/results/sampling_h200.md): ~1.8x the memory floor at B=512.
+// Nsight Compute (B=512 V=128256 k=50): the SMs issue on 59% of cycles, ~190 warp instructions
+// per warp and stage, 19% of the warps' stall samples wait at the stage barrier (the slowest warp
+// of each stage); profiled mbarrier waits are < 4 us per row. Instructions and the barrier, not
+// memory, bound the kernel today.
 #pragma once
 #include "fib/sampling/sampler.cuh"
 
@@ -36,7 +39,9 @@ constexpr int kFilterPer = 8;                        // tokens per thread per ri
 constexpr int kFilterStage = kThreads * kFilterPer;  // 4096 tokens per stage (one barrier each)
 constexpr int kFilterCap = 2 * kFilterStage;         // candidate buffer: 8192 u64 (64 KB)
 constexpr int kFilterTrigger = kFilterCap - kFilterStage;  // compact above this (>= kFilterMaxK)
-constexpr int kFilterRingBytes = 40 * 1024;          // 2 fp32 stages / 5 half stages in flight
+// 2 fp32 stages / 5 half stages (H200: 48 KB, 3 fp32 stages, was no faster: the loop does not
+// wait on memory, profiled mbarrier waits are < 4 us per row of 31 stages)
+constexpr int kFilterRingBytes = 40 * 1024;
 constexpr size_t kFilterSmem = kFilterRingBytes + kFilterCap * sizeof(uint64_t);  // 104 KB: 2 CTAs/SM
 static_assert(kFilterTrigger >= kFilterMaxK, "compaction must leave room for a stage");
 static_assert(kFilterSmem >= 2 * kHistBufBytes, "the general fallback needs its histograms");
@@ -109,15 +114,16 @@ struct Segs {
 };
 
 struct SelectSmem {
-  uint32_t hist[256];
+  uint32_t hist[2][256];  // double-buffered: a pass counts into one while the other is cleared
   uint64_t red[2 * kWarps];
-  uint32_t wtot[8];
   int b;
   uint32_t above, vb;
 };
 
 // Exact k-th largest of the (unique) candidates, as a prefix t with #{c >= t} == k (1 <= k <= n).
-// All threads of the CTA call it; ends with a barrier.
+// All threads of the CTA call it; ends with a barrier. Digits of up to 8 bits start at the highest
+// bit in which the candidates differ; each pass costs two block barriers: the histogram, then warp
+// 0 scans it (8 bins per lane) and picks the digit while warps 1..8 clear the other buffer.
 template <class Set>
 __device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm) {
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
@@ -134,6 +140,7 @@ __device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm) {
     sm.red[wid] = mx;
     sm.red[kWarps + wid] = mn;
   }
+  if (tid < 256) sm.hist[0][tid] = 0u;
   __syncthreads();
   mx = 0ull;
   mn = ~0ull;
@@ -142,53 +149,69 @@ __device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm) {
     mx = sm.red[w] > mx ? sm.red[w] : mx;
     mn = sm.red[kWarps + w] < mn ? sm.red[kWarps + w] : mn;
   }
-  __syncthreads();
-  if (mx == mn) return mn;
+  if (mx == mn) {
+    __syncthreads();  // (red is read by every thread before a later call rewrites it)
+    return mn;
+  }
   int top = 64 - __clzll(static_cast<long long>(mx ^ mn));  // bits [0, top) still undecided
   uint64_t mask = top >= 64 ? 0ull : (~0ull << top);
   uint64_t prefix = mx & mask;
   uint32_t rem = static_cast<uint32_t>(k);
-  while (true) {
+  for (int h = 0;; h ^= 1) {
     const int w = top < 8 ? top : 8;
     const int shift = top - w;
     const uint32_t dmask = (1u << w) - 1u;
-    if (tid < 256) sm.hist[tid] = 0u;
-    __syncthreads();
+    uint32_t* hist = sm.hist[h];
     s.each([&](uint64_t v, bool valid) {
       // (plain shared atomics; the range-adaptive first digit keeps similar values apart)
-      if (valid && (v & mask) == prefix) atomicAdd(&sm.hist[static_cast<uint32_t>(v >> shift) & dmask], 1u);
+      if (valid && (v & mask) == prefix) atomicAdd(&hist[static_cast<uint32_t>(v >> shift) & dmask], 1u);
     });
     __syncthreads();
-    uint32_t v = 0, suf = 0;
-    if (tid < 256) {
-      v = sm.hist[tid];
-      suf = v;
+    if (wid == 0) {
+      // lane l owns bins [8l, 8l + 8); "above" counts the entries in higher bins
+      uint32_t c[8];
+      uint32_t t = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        c[j] = hist[8 * lane + j];
+        t += c[j];
+      }
+      uint32_t suf = t;  // inclusive suffix sum over lanes >= l
 #pragma unroll
       for (int d = 1; d < 32; d <<= 1) {
         const uint32_t o = __shfl_down_sync(0xffffffffu, suf, d);
         if (lane + d < 32) suf += o;
       }
-      if (lane == 0) sm.wtot[wid] = suf;
-    }
-    __syncthreads();
-    if (tid < 256) {
-      uint32_t later = 0;
-      for (int q = wid + 1; q < 8; ++q) later += sm.wtot[q];
-      const uint32_t above = suf - v + later;
-      if (v > 0 && above < rem && rem <= above + v) {
-        sm.b = tid;
-        sm.above = above;
-        sm.vb = v;
+      uint32_t above = suf - t;
+      int fb = -1;
+      uint32_t fa = 0, fv = 0;
+#pragma unroll
+      for (int j = 7; j >= 0; --j) {
+        if (fb < 0 && c[j] > 0 && above < rem && rem <= above + c[j]) {
+          fb = 8 * lane + j;
+          fa = above;
+          fv = c[j];
+        }
+        above += c[j];
       }
+      if (fb >= 0) {
+        sm.b = fb;
+        sm.above = fa;
+        sm.vb = fv;
+      }
+    } else if (wid <= 8) {
+      sm.hist[h ^ 1][tid - 32] = 0u;  // the next pass's buffer
     }
     __syncthreads();
     const uint32_t b = static_cast<uint32_t>(sm.b), above = sm.above, vb = sm.vb;
-    __syncthreads();
     rem -= above;
     prefix |= static_cast<uint64_t>(b) << shift;
     mask |= static_cast<uint64_t>(dmask) << shift;
     top = shift;
-    if (vb == rem || top == 0) return prefix;
+    if (vb == rem || top == 0) {
+      __syncthreads();  // every thread has read sm.b / above / vb
+      return prefix;
+    }
   }
 }
 
@@ -312,7 +335,7 @@ __device__ int compact_ge(uint64_t* buf, int n, uint64_t t, int* s_new) {
 // Phase timestamps of row 0 / rank 0 (globaltimer ns) for profiling builds only
 // (nvcc -DFIB_SAMPLING_PROFILE; read with the exported prof_read()).
 #ifdef FIB_SAMPLING_PROFILE
-__device__ unsigned long long g_fib_prof[16];
+__device__ unsigned long long g_fib_prof[24];
 #define FIB_PROF(i)                                                      \
   do {                                                                   \
     if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) {         \
@@ -340,7 +363,8 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   const uint32_t rank = cl_rank(), S = cl_size();
   FIB_PROF(0);
 #ifdef FIB_SAMPLING_PROFILE
-  if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) g_fib_prof[10] = g_fib_prof[11] = g_fib_prof[14] = g_fib_prof[15] = 0ull;
+  if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0)
+    g_fib_prof[10] = g_fib_prof[11] = g_fib_prof[14] = g_fib_prof[15] = g_fib_prof[21] = 0ull;
 #endif
   const int V = p.V;
   const bool logits = p.is_logits != 0;
@@ -438,13 +462,12 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     }
   };
   // compaction trigger: small buffers compact cheaply and tighten tau early (fewer warps then
-  // take the append path); never above kFilterTrigger (room for one more stage)
-  // (H200: floors of 256 and 128 cut the warps taking the append path from 60% to 48% / 37% of
-  // warp-stages but did not change the time)
-  const int trig = min(kFilterTrigger, max(4 * k, 1024));
-  // appends the tokens of this thread that pass c >= tau (one ballot per token slot, one shared
-  // atomic per warp; all lanes call); true when the count after this warp's append exceeds trig
-  // token j of this thread sits at slice index i0 + j (j < 4) or i1 + j - 4 (j >= 4)
+  // take the append path); never above kFilterTrigger (room for one more stage). H200, k=50,
+  // B=512 V=128256: a floor of 1024 / 512 / 256 / 128 gave 120.2 / 108.2 / 110.9 / 110.1 us.
+  const int trig = min(kFilterTrigger, max(4 * k, 512));
+  // appends the tokens of this thread that pass c >= tau (one warp scan of the lanes' counts, one
+  // shared atomic per warp; all lanes call); true when the count after this warp's append exceeds
+  // trig. Token j of this thread sits at slice index i0 + j (j < 4) or i1 + j - 4 (j >= 4).
   // Once tau is above the floor value (open == false) a raw float compare x >= tf decides (it
   // admits ties at tf, harmless extras) and composites are built for the admitted tokens only.
   auto comp = [&](float x, int i) -> uint64_t {
@@ -452,36 +475,34 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   };
   auto append = [&](const float (&x)[kFilterPer], int i0, int i1, uint32_t vmask, uint64_t tau, bool open,
                     float tf) -> bool {
-    unsigned m[kFilterPer];
-    int wtot = 0;
+    // each lane writes its own passing tokens at an offset from a warp scan of the lanes' counts
+    uint32_t bits = 0u;
     if (open) {  // (warp-uniform) composites needed to decide
 #pragma unroll
-      for (int j = 0; j < kFilterPer; ++j) {
-        const int i = j < 4 ? i0 + j : i1 + (j - 4);
-        m[j] = __ballot_sync(0xffffffffu, ((vmask >> j) & 1u) && comp(x[j], i) >= tau);
-        wtot += __popc(m[j]);
-      }
+      for (int j = 0; j < kFilterPer; ++j)
+        if (((vmask >> j) & 1u) && comp(x[j], j < 4 ? i0 + j : i1 + (j - 4)) >= tau) bits |= 1u << j;
     } else {
 #pragma unroll
-      for (int j = 0; j < kFilterPer; ++j) {
-        m[j] = __ballot_sync(0xffffffffu, ((vmask >> j) & 1u) && x[j] >= tf);
-        wtot += __popc(m[j]);
-      }
+      for (int j = 0; j < kFilterPer; ++j)
+        if (((vmask >> j) & 1u) && x[j] >= tf) bits |= 1u << j;
     }
+    const int c = __popc(bits);
+    int inc = c;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, inc, d);
+      if (lane >= d) inc += o;
+    }
+    const int wtot = __shfl_sync(0xffffffffu, inc, 31);
     if (wtot == 0) return false;
     int base = 0;
     if (lane == 0) base = atomicAdd(&s_cnt, wtot);
     base = __shfl_sync(0xffffffffu, base, 0);
-    const bool over = base + wtot > trig;
-    const unsigned lt = (1u << lane) - 1u;
+    int pos = base + inc - c;
 #pragma unroll
-    for (int j = 0; j < kFilterPer; ++j) {
-      if (m[j] != 0u) {  // warp-uniform: most slots of an appending warp are empty
-        if ((m[j] >> lane) & 1u) buf[base + __popc(m[j] & lt)] = comp(x[j], j < 4 ? i0 + j : i1 + (j - 4));
-        base += __popc(m[j]);
-      }
-    }
-    return over;
+    for (int j = 0; j < kFilterPer; ++j)
+      if ((bits >> j) & 1u) buf[pos++] = comp(x[j], j < 4 ? i0 + j : i1 + (j - 4));
+    return base + wtot > trig;
   };
   // one 16-byte vector of shared memory -> 4 (fp32) or 8 (16-bit) floats at x[o..]
   auto unpack = [&](const uint4 u, float (&x)[kFilterPer], int o) {
@@ -524,7 +545,18 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   for (int s = 0; s < nstages; ++s) {
     const int q = s % NST;
     const int sbytes = min(STAGE_BYTES, body_bytes - s * STAGE_BYTES);
+#ifdef FIB_SAMPLING_PROFILE
+    unsigned long long w0_;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w0_));
+#endif
     mbar_wait(&bars[q], static_cast<uint32_t>((s / NST) & 1));
+#ifdef FIB_SAMPLING_PROFILE
+    {
+      unsigned long long w1_;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w1_));
+      FIB_PROF_ADD(21, w1_ - w0_);
+    }
+#endif
     if (s == 0) FIB_PROF(3);
     // thread tid holds the 16-byte vectors tid (and kThreads + tid for fp32) of the stage
     float x[kFilterPer] = {};
@@ -538,6 +570,9 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       }
     }
     if (joint) joint_add(x, vm);
+    constexpr int TPV = 16 / ESIZE;  // tokens per vector
+    const int s0 = head + s * kFilterStage;
+    const int i0 = s0 + tid * TPV, i1 = DT == kF32 ? s0 + (kThreads + tid) * TPV : s0 + tid * TPV + 4;
     // fast test: can any token of this warp reach tau? (raw values; NaN/negative/-0 compare low)
     const float tf = key2f(static_cast<uint32_t>(tau >> 32));
     const bool open = tau == 0ull || tf <= (logits ? -INFINITY : 0.0f);
@@ -554,10 +589,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
 #ifdef FIB_SAMPLING_PROFILE
       if (blockIdx.y == 0 && rank == 0 && lane == 0) atomicAdd(&g_fib_prof[14], 1ull);
 #endif
-      constexpr int TPV = 16 / ESIZE;  // tokens per vector
-      const int s0 = head + s * kFilterStage;
-      over = append(x, s0 + tid * TPV, DT == kF32 ? s0 + (kThreads + tid) * TPV : s0 + tid * TPV + 4, vm, tau,
-                    open, tf);
+      over = append(x, i0, i1, vm, tau, open, tf);
     }
     // barrier: ring slot q fully read, appends done. The compaction decision comes from the
     // warps' own atomics (the count only grows within a stage), so no thread reads s_cnt while
@@ -604,10 +636,17 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     tau = s_tau;
   }
   FIB_PROF(4);
-  // local top-k (exactly min(k, n) entries)
+  // push mode (S > 1, the S-1 other sets fit rank 0's idle ring, `slot` entries each): every
+  // rank writes its set into rank 0 over DSMEM, one more cluster barrier, then rank 0 works on
+  // local memory only. Otherwise rank 0 reads the other CTAs' buffers remotely.
+  const bool push = static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
+  const int slot = S > 1 ? (kFilterRingBytes / 8) / static_cast<int>(S - 1) : 0;
+  // local top-k (exactly min(k, n) entries), unless the whole set fits its place in the merge
+  // (rank 0 then selects over the S buffers as they are: one select on the critical path, not two)
+  const int keep_max = (S > 1 && push) ? min(slot, kFilterCap - kFilterMaxK) : k;
   {
     const int cnt = s_cnt;
-    if (cnt > k) {
+    if (cnt > keep_max) {
       Segs sg;
       sg.seg[0] = buf;
       sg.cnt[0] = cnt;
@@ -646,18 +685,15 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   int nc0 = s_cnt;
   float cm = s_cm;
   double cs = s_cs;
-  // push mode (the S-1 other sets fit rank 0's idle ring): every rank writes its set into rank 0
-  // over DSMEM, one more cluster barrier, then rank 0 works on local memory only. Otherwise rank 0
-  // reads the other CTAs' buffers remotely.
   uint64_t* ring64 = reinterpret_cast<uint64_t*>(ring);
-  const bool push = static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
   if (S > 1) {
     cl_sync();  // every CTA's set, count and joint partials are final; rank 0's ring is idle
+    FIB_PROF(16);
     Segs sg;
     sg.nseg = static_cast<int>(S);
     if (push) {
       if (rank != 0) {
-        uint64_t* dst = cl_remote(ring64, 0u) + static_cast<int>(rank - 1) * k;
+        uint64_t* dst = cl_remote(ring64, 0u) + static_cast<int>(rank - 1) * slot;
         for (int i = tid; i < nc0; i += kThreads) dst[i] = buf[i];
         if (tid == 0) {
           *cl_remote(&s_rcnt[rank], 0u) = nc0;
@@ -665,19 +701,21 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
           *cl_remote(&s_rcs[rank], 0u) = cs;
         }
       }
+      FIB_PROF(17);
       cl_sync();  // the pushed sets are visible in rank 0
+      FIB_PROF(18);
       if (rank != 0) return;
       sg.seg[0] = buf;
       sg.cnt[0] = nc0;
       for (uint32_t r = 1; r < static_cast<uint32_t>(kMaxCluster); ++r) {
-        sg.seg[r] = ring64 + static_cast<int>(r - 1) * k;
+        sg.seg[r] = ring64 + static_cast<int>(r - 1) * slot;
         sg.cnt[r] = r < S ? s_rcnt[r] : 0;
       }
       if (tid == 0) {
         s_rcm[0] = cm;
         s_rcs[0] = cs;
       }
-      G = buf + kFilterMaxK;  // buf[0..nc0) is rank 0's own set (nc0 <= k <= kFilterMaxK)
+      G = buf + nc0;  // buf[0..nc0) is rank 0's own set (nc0 <= kFilterCap - kFilterMaxK)
     } else {
       if (rank != 0) {
         cl_arrive();
@@ -700,6 +738,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     __syncthreads();  // (s_rcm / s_rcs, s_new)
     if (joint) cs = combine_partials(s_rcm, s_rcs, static_cast<int>(S), logits, scale, &cm);
     const uint64_t t = total <= k ? 0ull : kth_prefix(sg, k, ssel);
+    FIB_PROF(19);
     sg.each([&](uint64_t v, bool valid) {
       const bool keep = valid && v >= t;
       const unsigned m = __ballot_sync(0xffffffffu, keep);

@@ -170,9 +170,81 @@ __device__ __forceinline__ bool kept_pred(uint32_t key, int i, uint32_t lo, int 
 
 
 // Sorts G[0..P) descending (P a power of two, >= 32). All threads of the CTA.
+// One bitonic compare-exchange of x (element i) against its partner's value y: the lower index
+// of the pair keeps the larger value where the run (i & size) descends.
+__device__ __forceinline__ uint64_t bitonic_keep(uint64_t x, uint64_t y, bool lower, bool desc) {
+  const uint64_t hi = x > y ? x : y, lo = x > y ? y : x;
+  return (lower == desc) ? hi : lo;
+}
+
+// Steps `stride` = smax .. 1 of bitonic level `size` on the 128-entry chunk of warp w
+// (G[128w .. 128w + 128)) held in registers: lane l holds elements 32r + l, r = 0..3; strides 64
+// and 32 pair registers of one lane, strides 16..1 pair lanes (shuffles). No block barrier.
+__device__ __forceinline__ void bitonic_chunk128(uint64_t (&v)[4], int base, int size, int smax) {
+  const int l = threadIdx.x & 31;
+  for (int stride = smax; stride > 0; stride >>= 1) {
+    if (stride >= 32) {
+      const int rs = stride >> 5;  // 2 (stride 64) or 1 (stride 32)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        if ((r & rs) == 0) {
+          const int i = base + 32 * r + l;
+          const bool desc = (i & size) == 0;
+          const uint64_t a = v[r], b = v[r + rs];
+          v[r] = bitonic_keep(a, b, true, desc);
+          v[r + rs] = bitonic_keep(b, a, false, desc);
+        }
+      }
+    } else {
+      const bool lower = (l & stride) == 0;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = base + 32 * r + l;
+        const uint64_t o = __shfl_xor_sync(0xffffffffu, v[r], stride);
+        v[r] = bitonic_keep(v[r], o, lower, (i & size) == 0);
+      }
+    }
+  }
+}
+
+// Sorts G[0..P) descending (P a power of two, P <= 16 * 128); all threads call it; ends with a
+// block barrier. P >= 128: every level runs its strides below 128 inside one warp's registers
+// (one load, one store, one barrier per level) and only the larger strides through shared memory
+// with a barrier each: 15 barriers for P = 2048 instead of 66.
+static_assert(kWarps * 128 >= kCand, "bitonic_sort_desc: one 128-entry chunk per warp");
 __device__ __forceinline__ void bitonic_sort_desc(uint64_t* G, int P) {
-  for (int size = 2; size <= P; size <<= 1) {
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+  if (P < 128) {
+    for (int size = 2; size <= P; size <<= 1) {
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        for (int t = threadIdx.x; t < (P >> 1); t += kThreads) {
+          const int i = 2 * t - (t & (stride - 1));
+          const int j = i + stride;
+          const uint64_t a = G[i], b = G[j];
+          const bool desc = (i & size) == 0;
+          if ((a < b) == desc) {
+            G[i] = b;
+            G[j] = a;
+          }
+        }
+        __syncthreads();
+      }
+    }
+    return;
+  }
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  const bool mine = w < (P >> 7);
+  const int base = w * 128;
+  uint64_t v[4];
+  if (mine) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) v[r] = G[base + 32 * r + l];
+    for (int size = 2; size <= 128; size <<= 1) bitonic_chunk128(v, base, size, size >> 1);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) G[base + 32 * r + l] = v[r];
+  }
+  __syncthreads();
+  for (int size = 256; size <= P; size <<= 1) {
+    for (int stride = size >> 1; stride >= 128; stride >>= 1) {
       for (int t = threadIdx.x; t < (P >> 1); t += kThreads) {
         const int i = 2 * t - (t & (stride - 1));
         const int j = i + stride;
@@ -185,6 +257,14 @@ __device__ __forceinline__ void bitonic_sort_desc(uint64_t* G, int P) {
       }
       __syncthreads();
     }
+    if (mine) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) v[r] = G[base + 32 * r + l];
+      bitonic_chunk128(v, base, size, 64);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) G[base + 32 * r + l] = v[r];
+    }
+    __syncthreads();
   }
 }
 
