@@ -26,7 +26,10 @@ POINTS = [(1, 128256, 50, 0), (1, 128256, 50, 1004), (1, 128256, 50, 1008), (1, 
           (64, 128256, 2048, 0), (512, 128256, 2048, 0), (1, 32000, 2048, 0), (16, 32000, 2048, 0),
           (64, 32000, 2048, 0), (1, 151936, 2048, 0)]
 PROFILE = [(1, 128256, 50, 1001), (1, 128256, 50, 1004), (64, 128256, 50, 1002), (512, 128256, 50, 1001),
-           (512, 128256, 2048, 1001)]
+           (512, 128256, 2048, 1001), (1, 32000, 50, 999), (1, 128256, 50, 999), (16, 128256, 50, 999),
+           (1, 32000, 2048, 999)]
+# sample_row (the cluster kernel, knob 999) phases: t1..t8 - t0
+ROW_NAMES = ["loaded", "sync_a", "selected", "listed", "sync_b", "gathered", "sorted", "finished"]
 PROF_NAMES = ["tma_issued", "head_tail", "first_stage", "loop_done", "local_topk", "joint", "merged", "sorted",
               "end"]
 
@@ -79,7 +82,8 @@ def child(args):
         res["timing"].append(r)
         print("time", r, flush=True)
     cache.clear()
-    # token identity: the filter kernel (1, 2, 3, 8 CTAs per row) against the streaming kernel
+    # token identity: the filter kernel (1, 2, 3, 8 CTAs per row) and the cluster kernel (1, 4, 8)
+    # against the streaming kernel
     gen = torch.Generator(device=dev).manual_seed(5)
     for B, V, dtype, src in [] if profiling else [(300, 128256, torch.float32, "probs"), (7, 32000, torch.float32, "logits"),
                              (64, 151936, torch.bfloat16, "logits"), (33, 1001, torch.float16, "logits"),
@@ -94,7 +98,7 @@ def child(args):
         for order in ("top_k_first", "joint"):
             ref = knob(-1, lambda: fn(x, k, p, filter_apply_order=order, seed=3, offset=9))
             xf = x.float()
-            for cl in (1001, 1002, 1003, 1008):
+            for cl in (1001, 1002, 1003, 1008, 1, 4, 8):
                 got = knob(cl, lambda: fn(x, k, p, filter_apply_order=order, seed=3, offset=9))
                 larger = (xf > xf.gather(1, got[:, None])).sum(1)
                 r = {"B": B, "V": V, "src": src, "dtype": str(dtype), "order": order, "cluster": cl,
@@ -115,6 +119,12 @@ def child(args):
             torch.cuda.synchronize()
             vals = [int(v) for v in str(mod.prof_read()).split(",")]
             r = {"B": B, "V": V, "k": k, "cluster": cl}
+            if cl == 999:
+                r.update({n: vals[i] / 1000.0 for i, n in enumerate(ROW_NAMES)})
+                r["candidates"] = vals[9]
+                res["profile"].append(r)
+                print("prof", {a: (round(b, 2) if isinstance(b, float) else b) for a, b in r.items()}, flush=True)
+                continue
             r.update({n: vals[i] / 1000.0 for i, n in enumerate(PROF_NAMES)})
             r["compactions"], r["compacted_entries"] = vals[9], vals[10]
             r["first_compaction"] = [vals[11] / 1000.0, vals[12] / 1000.0]

@@ -162,6 +162,30 @@ __device__ __forceinline__ uint32_t cl_size() {
   return 1;
 #endif
 }
+// Phase timestamps of row 0 / rank 0 (globaltimer ns) of the filter kernel or of sample_row, for
+// profiling builds only
+// (nvcc -DFIB_SAMPLING_PROFILE; read with the exported prof_read()).
+#ifdef FIB_SAMPLING_PROFILE
+__device__ unsigned long long g_fib_prof[24];
+#define FIB_PROF(i)                                                      \
+  do {                                                                   \
+    if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) {         \
+      unsigned long long t_;                                             \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));             \
+      g_fib_prof[i] = t_;                                                \
+    }                                                                    \
+  } while (0)
+#define FIB_PROF_ADD(i, v) \
+  do { if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) g_fib_prof[i] += (v); } while (0)
+#else
+#define FIB_PROF(i) \
+  do {              \
+  } while (0)
+#define FIB_PROF_ADD(i, v) \
+  do {                     \
+  } while (0)
+#endif
+
 __device__ __forceinline__ void cl_sync() {
 #if FIB_HAS_CLUSTER
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");

@@ -215,76 +215,6 @@ __device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm) {
   }
 }
 
-// Sorts G[0..64) descending (zero padded) with warp 0's shuffles (no block barrier in the
-// network); ends with a block barrier.
-__device__ __forceinline__ void warp_sort64_desc(uint64_t* G) {
-  if (threadIdx.x < 32) {
-    const int l = threadIdx.x;
-    uint64_t a = G[l], b = G[l + 32];  // elements l and l + 32
-#pragma unroll
-    for (int size = 2; size <= 64; size <<= 1) {
-#pragma unroll
-      for (int stride = size >> 1; stride > 0; stride >>= 1) {
-        if (stride == 32) {  // partners in the same lane: a (element l) < b (element l + 32)
-          const uint64_t hi = a > b ? a : b, lo = a > b ? b : a;
-          a = hi;  // size == 64 here: the whole sequence descends
-          b = lo;
-        } else {
-          const uint64_t pa = __shfl_xor_sync(0xffffffffu, a, stride);
-          const uint64_t pb = __shfl_xor_sync(0xffffffffu, b, stride);
-          const bool first = (l & stride) == 0;  // element index below its partner's
-          const bool da = (l & size) == 0, db = ((l + 32) & size) == 0;  // descending runs
-          a = (first == da) ? (a > pa ? a : pa) : (a < pa ? a : pa);
-          b = (first == db) ? (b > pb ? b : pb) : (b < pb ? b : pb);
-        }
-      }
-    }
-    G[l] = a;
-    G[l + 32] = b;
-  }
-  __syncthreads();
-}
-
-// finish_sorted (sampler.cuh) for nc <= 64 candidates, by warp 0 alone (no block barriers):
-// same weights, same exact top-p rule (ties kept together), same inverse-CDF draw, same token.
-__device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t* G, int nc, const WeightCtx& wc,
-                                                bool use_p, float tp, uint64_t joint_base, bool joint, int row) {
-  if (threadIdx.x >= 32) return;
-  const int l = threadIdx.x;
-  const bool va = l < nc, vb = l + 32 < nc;
-  const uint64_t wa = va ? weight_of(static_cast<uint32_t>(G[l] >> 32), wc) : 0ull;
-  const uint64_t wb = vb ? weight_of(static_cast<uint32_t>(G[l + 32] >> 32), wc) : 0ull;
-  const uint64_t ia = warp_incl_scan_u64(wa, l), ib = warp_incl_scan_u64(wb, l);
-  const uint64_t tot_a = __shfl_sync(0xffffffffu, ia, 31), tot_b = __shfl_sync(0xffffffffu, ib, 31);
-  const uint64_t exa = ia - wa, exb = tot_a + ib - wb;  // exclusive prefixes in token order j
-  const uint64_t total_k = tot_a + tot_b;
-  int nkeep = nc;
-  if (use_p && total_k > 0) {
-    const uint64_t base = joint ? joint_base : total_k;
-    const double tt = ceil(static_cast<double>(tp) * static_cast<double>(base));
-    const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
-    int J = __popc(__ballot_sync(0xffffffffu, va && exa < target)) + __popc(__ballot_sync(0xffffffffu, vb && exb < target));
-    if (J >= 1 && J < nc) {
-      const uint32_t kl = static_cast<uint32_t>(G[J - 1] >> 32);
-      J += __popc(__ballot_sync(0xffffffffu, va && l >= J && static_cast<uint32_t>(G[l] >> 32) == kl)) +
-           __popc(__ballot_sync(0xffffffffu, vb && l + 32 >= J && static_cast<uint32_t>(G[l + 32] >> 32) == kl));
-    }
-    nkeep = J < 1 ? 1 : J;
-  }
-  const uint64_t tot = warp_sum_u64((l < nkeep ? wa : 0ull) + (l + 32 < nkeep ? wb : 0ull));
-  if (tot == 0) {
-    if (l == 0) p.out_idx[row] = 0;
-    return;
-  }
-  const uint64_t seed = static_cast<uint64_t>(p.seed_arr ? p.seed_arr[p.seed_per_row ? row : 0] : p.seed_val);
-  const uint64_t offset = static_cast<uint64_t>(p.offset_arr ? p.offset_arr[p.offset_per_row ? row : 0] : p.offset_val);
-  const uint64_t tgt = __umul64hi(row_random64(seed, offset, static_cast<uint32_t>(row)), tot);
-  if (l < nkeep && wa > 0 && exa <= tgt && tgt < exa + wa)
-    p.out_idx[row] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(G[l]));
-  if (l + 32 < nkeep && wb > 0 && exb <= tgt && tgt < exb + wb)
-    p.out_idx[row] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(G[l + 32]));
-}
-
 // Combines n partials (m_i, s_i) of sum exp2((x - m) * scale) (logits: a max and a sum relative to
 // it; probs: plain sums, m unused) into one: returns the sum, *m_out its max. Any thread.
 __device__ __forceinline__ double combine_partials(const float* m, const double* s, int n, bool logits, float scale,
@@ -331,29 +261,6 @@ __device__ int compact_ge(uint64_t* buf, int n, uint64_t t, int* s_new) {
   __syncthreads();
   return *s_new;
 }
-
-// Phase timestamps of row 0 / rank 0 (globaltimer ns) for profiling builds only
-// (nvcc -DFIB_SAMPLING_PROFILE; read with the exported prof_read()).
-#ifdef FIB_SAMPLING_PROFILE
-__device__ unsigned long long g_fib_prof[24];
-#define FIB_PROF(i)                                                      \
-  do {                                                                   \
-    if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) {         \
-      unsigned long long t_;                                             \
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));             \
-      g_fib_prof[i] = t_;                                                \
-    }                                                                    \
-  } while (0)
-#define FIB_PROF_ADD(i, v) \
-  do { if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) g_fib_prof[i] += (v); } while (0)
-#else
-#define FIB_PROF(i) \
-  do {              \
-  } while (0)
-#define FIB_PROF_ADD(i, v) \
-  do {                     \
-  } while (0)
-#endif
 
 template <int DT>
 __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
@@ -758,14 +665,9 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   // ---- sort the k survivors; min-p, top-p, draw (the tail shared with the streaming kernel)
   int P = 32;
   while (P < nc0) P <<= 1;
-  // (the warp network always sorts 64 entries: pad all of them, stale buffer data must not enter)
-  for (int j = nc0 + tid; j < (P <= 64 ? 64 : P); j += kThreads) G[j] = 0ull;
+  for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;
   __syncthreads();
-  if (P <= 64) {
-    warp_sort64_desc(G);
-  } else {
-    bitonic_sort_desc(G, P);
-  }
+  bitonic_sort_desc(G, P);
   FIB_PROF(8);
   const float mval = key2f(static_cast<uint32_t>(G[0] >> 32));
   const WeightCtx wc = make_weight_ctx(mval, logits, scale);
@@ -779,11 +681,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     if (joint_base == 0) joint_base = 1;
   }
   const bool use_p2 = use_p && wc.kind != 3 && (!joint || wc.kind <= 1);
-  if (P <= 64) {
-    finish_sorted64(p, G, nc, wc, use_p2, tp, joint_base, joint, row);
-  } else {
-    finish_sorted(p, G, nc, wc, use_p2, tp, joint_base, joint, row, s_scratch, &s_tot);
-  }
+  finish_sorted(p, G, nc, wc, use_p2, tp, joint_base, joint, row, s_scratch, &s_tot);
   FIB_PROF(9);
   if (S > 1 && !push) cl_wait();  // (remote mode: the other CTAs wait for rank 0's reads)
 #else

@@ -118,10 +118,12 @@ __device__ __forceinline__ uint64_t warp_incl_suffix_u64(uint64_t v, int lane) {
 // Cluster-wide bucket selection over the histograms `buf` (+ their coarse sums `csum`) of all S
 // CTAs: finds bin b with above(b) < target <= above(b) + v(b), above(b) = sum of bins > b.
 // Writes *sh_b (-1 when none), *sh_above, *sh_v; returns the cluster total. Called by all threads.
+// csum_all: the S coarse tables already pushed into this CTA (rank-major), read locally.
 template <class T>
 __device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint32_t S, uint64_t target, int* sh_b,
                                                    uint64_t* sh_above, uint64_t* sh_v, uint64_t* scratch,
-                                                   int* sh_grp, uint64_t* sh_gabove) {
+                                                   int* sh_grp, uint64_t* sh_gabove,
+                                                   const uint64_t* csum_all = nullptr) {
   const int tid = threadIdx.x, lane = tid & 31;
   if (tid == 0) {
     *sh_b = -1;
@@ -129,9 +131,13 @@ __device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint3
   }
   uint64_t g = 0, suf = 0;
   if (tid < kGroups) {
+    // (all S remote loads issued before the first use: one DSMEM round trip, not S)
+    uint64_t t[kMaxCluster];
 #pragma unroll
     for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r)
-      if (r < S) g += cl_remote(csum, r)[tid];
+      t[r] = r >= S ? 0ull : (csum_all ? csum_all[r * kGroups + tid] : cl_remote(csum, r)[tid]);
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r) g += t[r];
     suf = warp_incl_suffix_u64(g, lane);
     if (lane == 0) scratch[tid >> 5] = suf;
   }
@@ -148,10 +154,12 @@ __device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint3
   const int grp = *sh_grp;
   if (grp >= 0 && tid < 32) {
     const int bin = grp * 32 + lane;
+    uint64_t t[kMaxCluster];
+#pragma unroll
+    for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r) t[r] = r < S ? hist_at(cl_remote(buf, r), bin) : 0ull;
     uint64_t v = 0;
 #pragma unroll
-    for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r)
-      if (r < S) v += hist_at(cl_remote(buf, r), bin);
+    for (int r = 0; r < kMaxCluster; ++r) v += t[r];
     const uint64_t sx = warp_incl_suffix_u64(v, lane);
     const uint64_t above = *sh_gabove + sx - v;
     if (v > 0 && above < target && target <= above + v) {
@@ -169,7 +177,60 @@ __device__ __forceinline__ bool kept_pred(uint32_t key, int i, uint32_t lo, int 
 }
 
 
-// Sorts G[0..P) descending (P a power of two, >= 32). All threads of the CTA.
+// Rank 0: copies the S CTAs' candidate lists (`list` in every CTA, cnt[r] entries) into G in rank
+// order, at most cap entries in all; returns that count. Every thread copies entries of any rank,
+// so the remote loads of all ranks are in flight together. All threads; no barrier.
+__device__ __forceinline__ int gather_lists(uint64_t* G, uint64_t* list, const uint64_t* cnt, uint32_t S, int cap) {
+  int off[kMaxCluster + 1];
+  off[0] = 0;
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) off[r + 1] = off[r] + (r < static_cast<int>(S) ? static_cast<int>(cnt[r]) : 0);
+  const int tot = off[kMaxCluster] < cap ? off[kMaxCluster] : cap;
+  for (int g = threadIdx.x; g < tot; g += kThreads) {
+    uint32_t r = 0;  // the last rank starting at or below g holds it (empty ranks start where the next does)
+    int base = 0;
+#pragma unroll
+    for (int q = 1; q < kMaxCluster; ++q) {
+      if (g >= off[q]) {
+        r = static_cast<uint32_t>(q);
+        base = off[q];
+      }
+    }
+    G[g] = cl_remote(list, r)[g - base];
+  }
+  return tot;
+}
+
+// Sorts G[0..P) descending (P <= 64; entries past P count as 0 and are not written) with warp
+// 0's shuffles (no block barrier in the network); ends with a block barrier.
+__device__ __forceinline__ void warp_sort64_desc(uint64_t* G, int P) {
+  if (threadIdx.x < 32) {
+    const int l = threadIdx.x;
+    uint64_t a = l < P ? G[l] : 0ull, b = l + 32 < P ? G[l + 32] : 0ull;  // elements l and l + 32
+#pragma unroll
+    for (int size = 2; size <= 64; size <<= 1) {
+#pragma unroll
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        if (stride == 32) {  // partners in the same lane: a (element l) < b (element l + 32)
+          const uint64_t hi = a > b ? a : b, lo = a > b ? b : a;
+          a = hi;  // size == 64 here: the whole sequence descends
+          b = lo;
+        } else {
+          const uint64_t pa = __shfl_xor_sync(0xffffffffu, a, stride);
+          const uint64_t pb = __shfl_xor_sync(0xffffffffu, b, stride);
+          const bool first = (l & stride) == 0;  // element index below its partner's
+          const bool da = (l & size) == 0, db = ((l + 32) & size) == 0;  // descending runs
+          a = (first == da) ? (a > pa ? a : pa) : (a < pa ? a : pa);
+          b = (first == db) ? (b > pb ? b : pb) : (b < pb ? b : pb);
+        }
+      }
+    }
+    if (l < P) G[l] = a;
+    if (l + 32 < P) G[l + 32] = b;
+  }
+  __syncthreads();
+}
+
 // One bitonic compare-exchange of x (element i) against its partner's value y: the lower index
 // of the pair keeps the larger value where the run (i & size) descends.
 __device__ __forceinline__ uint64_t bitonic_keep(uint64_t x, uint64_t y, bool lower, bool desc) {
@@ -208,27 +269,13 @@ __device__ __forceinline__ void bitonic_chunk128(uint64_t (&v)[4], int base, int
 }
 
 // Sorts G[0..P) descending (P a power of two, P <= 16 * 128); all threads call it; ends with a
-// block barrier. P >= 128: every level runs its strides below 128 inside one warp's registers
+// block barrier. P <= 64: one warp's shuffles. P >= 128: every level runs its strides below 128 inside one warp's registers
 // (one load, one store, one barrier per level) and only the larger strides through shared memory
 // with a barrier each: 15 barriers for P = 2048 instead of 66.
 static_assert(kWarps * 128 >= kCand, "bitonic_sort_desc: one 128-entry chunk per warp");
 __device__ __forceinline__ void bitonic_sort_desc(uint64_t* G, int P) {
-  if (P < 128) {
-    for (int size = 2; size <= P; size <<= 1) {
-      for (int stride = size >> 1; stride > 0; stride >>= 1) {
-        for (int t = threadIdx.x; t < (P >> 1); t += kThreads) {
-          const int i = 2 * t - (t & (stride - 1));
-          const int j = i + stride;
-          const uint64_t a = G[i], b = G[j];
-          const bool desc = (i & size) == 0;
-          if ((a < b) == desc) {
-            G[i] = b;
-            G[j] = a;
-          }
-        }
-        __syncthreads();
-      }
-    }
+  if (P <= 64) {
+    warp_sort64_desc(G, P);
     return;
   }
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
@@ -281,12 +328,56 @@ __device__ __forceinline__ int min_p_keep(const uint64_t* G, int nc, const Weigh
   return c < 1 ? 1 : c;
 }
 
+// finish_sorted for nc <= 64 candidates, by warp 0 alone (no block barriers):
+// same weights, same exact top-p rule (ties kept together), same inverse-CDF draw, same token.
+__device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t* G, int nc, const WeightCtx& wc,
+                                                bool use_p, float tp, uint64_t joint_base, bool joint, int row) {
+  if (threadIdx.x >= 32) return;
+  const int l = threadIdx.x;
+  const bool va = l < nc, vb = l + 32 < nc;
+  const uint64_t wa = va ? weight_of(static_cast<uint32_t>(G[l] >> 32), wc) : 0ull;
+  const uint64_t wb = vb ? weight_of(static_cast<uint32_t>(G[l + 32] >> 32), wc) : 0ull;
+  const uint64_t ia = warp_incl_scan_u64(wa, l), ib = warp_incl_scan_u64(wb, l);
+  const uint64_t tot_a = __shfl_sync(0xffffffffu, ia, 31), tot_b = __shfl_sync(0xffffffffu, ib, 31);
+  const uint64_t exa = ia - wa, exb = tot_a + ib - wb;  // exclusive prefixes in token order j
+  const uint64_t total_k = tot_a + tot_b;
+  int nkeep = nc;
+  if (use_p && total_k > 0) {
+    const uint64_t base = joint ? joint_base : total_k;
+    const double tt = ceil(static_cast<double>(tp) * static_cast<double>(base));
+    const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
+    int J = __popc(__ballot_sync(0xffffffffu, va && exa < target)) + __popc(__ballot_sync(0xffffffffu, vb && exb < target));
+    if (J >= 1 && J < nc) {
+      const uint32_t kl = static_cast<uint32_t>(G[J - 1] >> 32);
+      J += __popc(__ballot_sync(0xffffffffu, va && l >= J && static_cast<uint32_t>(G[l] >> 32) == kl)) +
+           __popc(__ballot_sync(0xffffffffu, vb && l + 32 >= J && static_cast<uint32_t>(G[l + 32] >> 32) == kl));
+    }
+    nkeep = J < 1 ? 1 : J;
+  }
+  const uint64_t tot = warp_sum_u64((l < nkeep ? wa : 0ull) + (l + 32 < nkeep ? wb : 0ull));
+  if (tot == 0) {
+    if (l == 0) p.out_idx[row] = 0;
+    return;
+  }
+  const uint64_t seed = static_cast<uint64_t>(p.seed_arr ? p.seed_arr[p.seed_per_row ? row : 0] : p.seed_val);
+  const uint64_t offset = static_cast<uint64_t>(p.offset_arr ? p.offset_arr[p.offset_per_row ? row : 0] : p.offset_val);
+  const uint64_t tgt = __umul64hi(row_random64(seed, offset, static_cast<uint32_t>(row)), tot);
+  if (l < nkeep && wa > 0 && exa <= tgt && tgt < exa + wa)
+    p.out_idx[row] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(G[l]));
+  if (l + 32 < nkeep && wb > 0 && exb <= tgt && tgt < exb + wb)
+    p.out_idx[row] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(G[l + 32]));
+}
+
 // G[0..nc) = candidates (key << 32 | ~index) sorted descending (value desc, index asc), nc <= 2048.
 // top-p on the sorted prefix sums (exact, ties kept together), then the inverse-CDF draw.
 // base = joint ? full-row weight total : 0 (0: the kept total, i.e. top_k_first).
 __device__ __forceinline__ void finish_sorted(const Params& p, const uint64_t* G, int nc, const WeightCtx& wc,
                                               bool use_p, float tp, uint64_t joint_base, bool joint, int row,
                                               uint64_t* sh_scratch, uint64_t* sh_tot) {
+  if (nc <= 64) {  // (block-uniform) one warp, no block barriers: the same token
+    finish_sorted64(p, G, nc, wc, use_p, tp, joint_base, joint, row);
+    return;
+  }
   const int tid = threadIdx.x;
   uint64_t w[4], ex[4];
   uint64_t ls = 0;
@@ -363,6 +454,11 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   __shared__ uint64_t sh_gabove;
   __shared__ int sh_b, sh_cut, sh_take, sh_local, sh_grp, sh_cnt;
   __shared__ uint32_t sh_max;
+  // pushed by every rank into every rank before a cluster barrier (local reads after it, no DSMEM
+  // round trip): row maxima, coarse top-k histograms, candidate counts and weight sums
+  __shared__ uint32_t sh_pmax[kMaxCluster];
+  __shared__ uint64_t sh_pcsum[kMaxCluster * kGroups];
+  __shared__ uint64_t sh_pcnt[kMaxCluster], sh_pw[kMaxCluster];
 
   constexpr int ESIZE = (DT == kF32) ? 4 : 2;
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
@@ -389,6 +485,11 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   const bool use_m = mp > 0.0f;
   mp = fminf(mp, 1.0f);
 
+  FIB_PROF(0);
+  cl_arrive();  // this CTA has started: its shared memory may take pushes once every rank arrived
+#ifdef FIB_SAMPLING_PROFILE
+  if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) g_fib_prof[10] = 0ull;
+#endif
   auto gkey = [&](int i) -> uint32_t { return f2key(sanitize(load_elem<DT>(in_row, i), logits)); };
 #define FIB_KEY(i) (resident ? skeys[(i)] : gkey(i))
 
@@ -453,13 +554,17 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     if (lane == 0) atomicMax(&sh_max, wm);
   }
   __syncthreads();
-  if (tid == 0) sh_slot[0] = sh_max;
   if (use_k) build_coarse(cnt0, sh_csum[0]);
-  cl_sync();  // (A) keys, delegate histogram and local maxima visible cluster-wide
-  if (tid < static_cast<int>(S)) sh_gather[tid] = *cl_remote(&sh_slot[0], tid);
-  __syncthreads();
+  FIB_PROF(1);
+  cl_wait();  // every rank has started (pairs with the arrive at entry)
+  __syncthreads();  // (the coarse sums)
+  if (tid < static_cast<int>(S)) *cl_remote(&sh_pmax[rank], tid) = sh_max;
+  if (use_k && tid < static_cast<int>(S) * kGroups)
+    *cl_remote(&sh_pcsum[rank * kGroups + tid % kGroups], tid / kGroups) = sh_csum[0][tid % kGroups];
+  cl_sync();  // (A) keys, delegate histograms, pushed maxima and coarse sums visible cluster-wide
+  FIB_PROF(2);
   uint32_t maxkey = 0;
-  for (uint32_t r = 0; r < S; ++r) maxkey = max(maxkey, static_cast<uint32_t>(sh_gather[r]));
+  for (uint32_t r = 0; r < S; ++r) maxkey = max(maxkey, sh_pmax[r]);
   const float mval = key2f(maxkey);
 
   const WeightCtx wc = make_weight_ctx(mval, logits, logits ? __fdiv_rn(1.4426950408889634f, T) : 1.0f);
@@ -472,8 +577,9 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   // ---- 2. top-k
   if (use_k) {
     cluster_select(cnt0, sh_csum[0], S, static_cast<uint64_t>(k), &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp,
-                   &sh_gabove);
+                   &sh_gabove, sh_pcsum);
     const uint32_t L = sh_b >= 0 ? (static_cast<uint32_t>(sh_b) << 21) : 0u;
+    FIB_PROF(3);
     // ---- 2a. direct candidates: when at most 2048 tokens of the row lie at or above L (the usual
     // case for k up to a few hundred), gather them into rank 0 and select exactly there (sorted by
     // value desc, index asc: the top k of that order are the top-k with the lower-index tie rule).
@@ -501,40 +607,37 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         uint64_t w = 0;
         if (need_all)
           for (int q = 0; q < kWarps; ++q) w += sh_wsum[q];
-        sh_slot[1] = w;
-        sh_slot[3] = static_cast<uint64_t>(sh_cnt);
+        for (uint32_t r = 0; r < S; ++r) {  // (every rank decides on the total)
+          *cl_remote(&sh_pcnt[rank], r) = static_cast<uint64_t>(sh_cnt);
+          *cl_remote(&sh_pw[rank], r) = w;
+        }
       }
+      FIB_PROF(4);
       cl_sync();
-      if (tid < static_cast<int>(S)) {
-        sh_gather[tid] = *cl_remote(&sh_slot[3], tid);
-        sh_wsum[tid] = *cl_remote(&sh_slot[1], tid);
-      }
-      __syncthreads();
+      FIB_PROF(5);
       uint64_t total_c = 0, wall_tot = 0;
       for (uint32_t r = 0; r < S; ++r) {
-        total_c += sh_gather[r];
-        wall_tot += sh_wsum[r];
+        total_c += sh_pcnt[r];
+        wall_tot += sh_pw[r];
       }
       if (total_c <= static_cast<uint64_t>(kCand)) {  // cluster-uniform decision
         if (rank == 0) {
           uint64_t* G = hist;  // buffer 0: its last remote readers passed the barrier above
-          int nc = 0;
-          for (uint32_t r = 0; r < S; ++r) {
-            const int c = static_cast<int>(sh_gather[r]);
-            const uint64_t* rl = cl_remote(list, r);
-            for (int j = tid; j < c; j += kThreads) G[nc + j] = rl[j];
-            nc += c;
-          }
+          const int nc = gather_lists(G, list, sh_pcnt, S, kCand);
           int P = 32;
           while (P < nc) P <<= 1;
           for (int j = nc + tid; j < P; j += kThreads) G[j] = 0ull;
           __syncthreads();
           cl_arrive();
+          FIB_PROF(6);
           bitonic_sort_desc(G, P);
+          FIB_PROF(7);
+          FIB_PROF_ADD(10, nc);
           int nk = nc < k ? nc : k;
           if (use_m) nk = min_p_keep(G, nk, wc, logits, T, mp);
           finish_sorted(p, G, nk, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch,
                         &sh_above);
+          FIB_PROF(8);
         } else {
           cl_arrive();
         }
@@ -643,26 +746,14 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       uint64_t w = 0;
       if (need_all)
         for (int q = 0; q < kWarps; ++q) w += sh_wsum[q];
-      sh_slot[1] = w;
-      sh_slot[3] = static_cast<uint64_t>(min(sh_cnt, kCand));
+      *cl_remote(&sh_pcnt[rank], 0u) = static_cast<uint64_t>(min(sh_cnt, kCand));
+      *cl_remote(&sh_pw[rank], 0u) = w;
     }
     cl_sync();
     if (rank == 0) {
-      if (tid < static_cast<int>(S)) {
-        sh_gather[tid] = *cl_remote(&sh_slot[3], tid);
-        sh_wsum[tid] = *cl_remote(&sh_slot[1], tid);
-      }
-      __syncthreads();
-      int nc = 0;
       uint64_t wall_tot = 0;
-      for (uint32_t r = 0; r < S; ++r) {
-        const int c = static_cast<int>(sh_gather[r]);
-        const uint64_t* rl = cl_remote(list, r);
-        for (int j = tid; j < c && nc + j < kCand; j += kThreads) G[nc + j] = rl[j];
-        nc += c;
-        wall_tot += sh_wsum[r];
-      }
-      nc = min(nc, kCand);
+      for (uint32_t r = 0; r < S; ++r) wall_tot += sh_pw[r];
+      const int nc = gather_lists(G, list, sh_pcnt, S, kCand);
       int P = 32;
       while (P < nc) P <<= 1;
       for (int j = nc + tid; j < P; j += kThreads) G[j] = 0ull;
