@@ -589,14 +589,25 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       __syncthreads();
       const bool need_all = use_p && p.joint;
       uint64_t wall = 0;
-      for (int i = tid; i < n; i += kThreads) {
-        const uint32_t key = FIB_KEY(i);
+      auto visit = [&](uint32_t key, int i) {
         if (need_all) wall += weight_of(key, wc);
         if (key >= L) {
           const int pos = atomicAdd(&sh_cnt, 1);
           if (pos < kCand)
             list[pos] = (static_cast<uint64_t>(key) << 32) | (0xffffffffu - static_cast<uint32_t>(start + i));
         }
+      };
+      if (resident && (n & 3) == 0) {  // resident keys, 4 per shared-memory load
+        const uint4* sk4 = reinterpret_cast<const uint4*>(skeys);
+        for (int v = tid; v < (n >> 2); v += kThreads) {
+          const uint4 q = sk4[v];
+          visit(q.x, 4 * v);
+          visit(q.y, 4 * v + 1);
+          visit(q.z, 4 * v + 2);
+          visit(q.w, 4 * v + 3);
+        }
+      } else {
+        for (int i = tid; i < n; i += kThreads) visit(FIB_KEY(i), i);
       }
       if (need_all) {
         wall = warp_sum_u64(wall);
