@@ -131,13 +131,13 @@ __device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint3
   }
   uint64_t g = 0, suf = 0;
   if (tid < kGroups) {
-    // (all S remote loads issued before the first use: one DSMEM round trip, not S)
-    uint64_t t[kMaxCluster];
+    if (csum_all) {  // pushed: local reads
+      for (uint32_t r = 0; r < S; ++r) g += csum_all[r * kGroups + tid];
+    } else {
 #pragma unroll
-    for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r)
-      t[r] = r >= S ? 0ull : (csum_all ? csum_all[r * kGroups + tid] : cl_remote(csum, r)[tid]);
-#pragma unroll
-    for (int r = 0; r < kMaxCluster; ++r) g += t[r];
+      for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r)
+        if (r < S) g += cl_remote(csum, r)[tid];
+    }
     suf = warp_incl_suffix_u64(g, lane);
     if (lane == 0) scratch[tid >> 5] = suf;
   }
@@ -154,12 +154,10 @@ __device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint3
   const int grp = *sh_grp;
   if (grp >= 0 && tid < 32) {
     const int bin = grp * 32 + lane;
-    uint64_t t[kMaxCluster];
-#pragma unroll
-    for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r) t[r] = r < S ? hist_at(cl_remote(buf, r), bin) : 0ull;
     uint64_t v = 0;
 #pragma unroll
-    for (int r = 0; r < kMaxCluster; ++r) v += t[r];
+    for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r)
+      if (r < S) v += hist_at(cl_remote(buf, r), bin);
     const uint64_t sx = warp_incl_suffix_u64(v, lane);
     const uint64_t above = *sh_gabove + sx - v;
     if (v > 0 && above < target && target <= above + v) {
