@@ -2,7 +2,9 @@
 """A/B of sampling kernel builds on the GPU: the same top-k+top-p points (device time from CUDA
 graphs) and the same token-identity checks under several builds of libfib_sampling.so, one
 subprocess per build (FIB_KERNELS_DIR), printed side by side; profiling builds
-(-DFIB_SAMPLING_PROFILE) also print the filter kernel's phase times. JSON to --out.
+(-DFIB_SAMPLING_PROFILE) print the phase times of the filter kernel and of the cluster kernel's
+small-batch path instead. JSON to --out. sampling_filter_probe.py reuses knob, identity_checks
+and profile.
 
 Usage: python benchmarks/sampling_ab.py --builds name=DIR[,name=DIR...] [--out DIR] [--cake]
 """
@@ -34,6 +36,89 @@ PROF_NAMES = ["tma_issued", "head_tail", "first_stage", "loop_done", "local_topk
               "end"]
 
 
+def knob(cl, fn):
+    """Runs fn with the kernel knob FIB_SAMPLING_CLUSTER set to cl (see fib_runtime/envs.py)."""
+    from fib_runtime.kernels import sampling as S
+
+    old = S._CLUSTER
+    S._CLUSTER = cl
+    try:
+        return fn()
+    finally:
+        S._CLUSTER = old
+
+
+def identity_checks(log, knobs=(1001, 1002, 1003, 1008, 1, 4, 8)):
+    """Token identity of the filter kernel (1000 + S) and the cluster kernel (S) against the
+    streaming kernel (-1), same inputs, seed and offset, both filter orders; plus top-k membership."""
+    import torch
+
+    from fib_runtime.kernels import sampling as S
+
+    dev = "cuda"
+    rows = []
+    gen = torch.Generator(device=dev).manual_seed(5)
+    for B, V, dtype, src in [(300, 128256, torch.float32, "probs"), (7, 32000, torch.float32, "logits"),
+                             (64, 151936, torch.bfloat16, "logits"), (33, 1001, torch.float16, "logits"),
+                             (5, 262208, torch.float32, "probs"), (1, 128256, torch.float32, "probs")]:
+        lg = torch.randn(B, V, generator=gen, device=dev) * torch.where(
+            torch.rand(B, 1, generator=gen, device=dev) < 0.5, 4.0, 1.0)
+        x = torch.softmax(lg, -1) if src == "probs" else lg.to(dtype)
+        k = torch.randint(1, 2049, (B,), generator=gen, device=dev).to(torch.int32)
+        k[: min(B, 4)] = torch.tensor([50, 1, 256, 300][: min(B, 4)], dtype=torch.int32)
+        p = torch.rand(B, generator=gen, device=dev).clamp_min(0.05)
+        fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
+        for order in ("top_k_first", "joint"):
+            ref = knob(-1, lambda: fn(x, k, p, filter_apply_order=order, seed=3, offset=9))
+            xf = x.float()
+            for cl in knobs:
+                got = knob(cl, lambda: fn(x, k, p, filter_apply_order=order, seed=3, offset=9))
+                larger = (xf > xf.gather(1, got[:, None])).sum(1)
+                r = {"B": B, "V": V, "src": src, "dtype": str(dtype), "order": order, "cluster": cl,
+                     "mismatch": int((got != ref).sum()), "outside_top_k": int((larger >= k).sum())}
+                rows.append(r)
+                if r["mismatch"] or r["outside_top_k"]:
+                    log(f"IDENTITY FAIL {r}")
+    log(f"identity checks: {len(rows)} failures: {sum(1 for r in rows if r['mismatch'] or r['outside_top_k'])}")
+    return rows
+
+
+def profile(mod, log, points=PROFILE):
+    """Phase times (row 0, rank 0) from a -DFIB_SAMPLING_PROFILE build: the filter kernel (knob
+    1000 + S) or the cluster kernel's small-batch path (knob 999)."""
+    import torch
+
+    from fib_runtime.kernels import sampling as S
+
+    dev = "cuda"
+    rows = []
+    gen = torch.Generator(device=dev).manual_seed(1)
+    for B, V, k, cl in points:
+        x = torch.softmax(torch.randn(B, V, generator=gen, device=dev) * 4, -1)
+        kt = torch.full((B,), k, dtype=torch.int32, device=dev)
+        pt = torch.full((B,), 0.9, device=dev)
+        for _ in range(3):
+            knob(cl, lambda: S.top_k_top_p_sampling_from_probs(x, kt, pt, seed=1, offset=0))
+        torch.cuda.synchronize()
+        vals = [int(v) for v in str(mod.prof_read()).split(",")]
+        r = {"B": B, "V": V, "k": k, "cluster": cl}
+        if cl == 999:
+            r.update({n: vals[i] / 1000.0 for i, n in enumerate(ROW_NAMES)})
+            r["candidates"] = vals[9]
+        else:
+            r.update({n: vals[i] / 1000.0 for i, n in enumerate(PROF_NAMES)})
+            r["compactions"], r["compacted_entries"] = vals[9], vals[10]
+            r["first_compaction"] = [vals[11] / 1000.0, vals[12] / 1000.0]
+            r["slow_warp_stages"], r["warp_stages"] = vals[13], vals[14]
+            if cl > 1001:  # (merge steps exist with a cluster only)
+                r["merge_sync1"], r["merge_pushed"], r["merge_sync2"], r["merge_selected"] = (
+                    v / 1000.0 for v in vals[15:19])
+            r["mbar_wait_total"] = vals[19] / 1000.0
+        rows.append(r)
+        log("prof " + str({a: (round(b, 2) if isinstance(b, float) else b) for a, b in r.items()}))
+    return rows
+
+
 def child(args):
     import torch
 
@@ -44,25 +129,21 @@ def child(args):
     from fib_runtime.kernels import loader
     from fib_runtime.kernels import sampling as S
 
+    def log(m):
+        print(m, flush=True)
+
     dev = "cuda"
     res = {"timing": [], "identity": [], "profile": []}
     seed_t = torch.tensor([1234], dtype=torch.int64, device=dev)
     off_t = torch.tensor([0], dtype=torch.int64, device=dev)
     if args.cake:
         FI.load()
-
-    def knob(cl, fn):
-        old = S._CLUSTER
-        S._CLUSTER = cl
-        try:
-            return fn()
-        finally:
-            S._CLUSTER = old
-
     mod = loader.load_family("sampling")
-    profiling = mod is not None and hasattr(mod, "prof_read")
+    if mod is not None and hasattr(mod, "prof_read"):  # profiling builds: phase times only
+        res["profile"] = profile(mod, log)
+        return res
     cache = {}
-    for B, V, k, cl in ([] if profiling else POINTS):
+    for B, V, k, cl in POINTS:
         if (B, V) not in cache:
             cache.clear()
             torch.cuda.empty_cache()
@@ -80,61 +161,9 @@ def child(args):
                 (lambda i=i: FI.cake.top_k_top_p_sampling_from_probs(
                     prs[i], kt, pt, top_k_max=k, philox_seed=1234, philox_offset=0)) for i in range(4)])
         res["timing"].append(r)
-        print("time", r, flush=True)
+        log(f"time {r}")
     cache.clear()
-    # token identity: the filter kernel (1, 2, 3, 8 CTAs per row) and the cluster kernel (1, 4, 8)
-    # against the streaming kernel
-    gen = torch.Generator(device=dev).manual_seed(5)
-    for B, V, dtype, src in [] if profiling else [(300, 128256, torch.float32, "probs"), (7, 32000, torch.float32, "logits"),
-                             (64, 151936, torch.bfloat16, "logits"), (33, 1001, torch.float16, "logits"),
-                             (5, 262208, torch.float32, "probs")]:
-        lg = torch.randn(B, V, generator=gen, device=dev) * torch.where(
-            torch.rand(B, 1, generator=gen, device=dev) < 0.5, 4.0, 1.0)
-        x = torch.softmax(lg, -1) if src == "probs" else lg.to(dtype)
-        k = torch.randint(1, 2049, (B,), generator=gen, device=dev).to(torch.int32)
-        k[: min(B, 4)] = torch.tensor([50, 1, 256, 300][: min(B, 4)], dtype=torch.int32)
-        p = torch.rand(B, generator=gen, device=dev).clamp_min(0.05)
-        fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
-        for order in ("top_k_first", "joint"):
-            ref = knob(-1, lambda: fn(x, k, p, filter_apply_order=order, seed=3, offset=9))
-            xf = x.float()
-            for cl in (1001, 1002, 1003, 1008, 1, 4, 8):
-                got = knob(cl, lambda: fn(x, k, p, filter_apply_order=order, seed=3, offset=9))
-                larger = (xf > xf.gather(1, got[:, None])).sum(1)
-                r = {"B": B, "V": V, "src": src, "dtype": str(dtype), "order": order, "cluster": cl,
-                     "mismatch": int((got != ref).sum()), "outside_top_k": int((larger >= k).sum())}
-                res["identity"].append(r)
-                if r["mismatch"] or r["outside_top_k"]:
-                    print("IDENTITY FAIL", r, flush=True)
-    print("identity checks:", len(res["identity"]), "failures:",
-          sum(1 for r in res["identity"] if r["mismatch"] or r["outside_top_k"]), flush=True)
-    if profiling:
-        for B, V, k, cl in PROFILE:
-            lg = torch.randn(B, V, generator=gen, device=dev) * 4
-            x = torch.softmax(lg, -1)
-            kt = torch.full((B,), k, dtype=torch.int32, device=dev)
-            pt = torch.full((B,), 0.9, device=dev)
-            for _ in range(3):
-                knob(cl, lambda: S.top_k_top_p_sampling_from_probs(x, kt, pt, seed=1, offset=0))
-            torch.cuda.synchronize()
-            vals = [int(v) for v in str(mod.prof_read()).split(",")]
-            r = {"B": B, "V": V, "k": k, "cluster": cl}
-            if cl == 999:
-                r.update({n: vals[i] / 1000.0 for i, n in enumerate(ROW_NAMES)})
-                r["candidates"] = vals[9]
-                res["profile"].append(r)
-                print("prof", {a: (round(b, 2) if isinstance(b, float) else b) for a, b in r.items()}, flush=True)
-                continue
-            r.update({n: vals[i] / 1000.0 for i, n in enumerate(PROF_NAMES)})
-            r["compactions"], r["compacted_entries"] = vals[9], vals[10]
-            r["first_compaction"] = [vals[11] / 1000.0, vals[12] / 1000.0]
-            r["slow_warp_stages"], r["warp_stages"] = vals[13], vals[14]
-            if len(vals) > 15:
-                r["merge_sync1"], r["merge_pushed"], r["merge_sync2"], r["merge_selected"] = (
-                    v / 1000.0 for v in vals[15:19])
-                r["mbar_wait_total"] = vals[19] / 1000.0
-            res["profile"].append(r)
-            print("prof", {a: (round(b, 2) if isinstance(b, float) else b) for a, b in r.items()}, flush=True)
+    res["identity"] = identity_checks(log)
     return res
 
 

@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from sampling import FI, graph_time, make_inputs, floor_us  # noqa: E402
+from sampling_ab import identity_checks as ab_identity, knob, profile as ab_profile  # noqa: E402
 
 from fib_runtime.kernels import sampling as S  # noqa: E402
 
@@ -28,42 +29,11 @@ DEV = "cuda"
 
 
 def with_cluster(cl, fn):
-    old = S._CLUSTER
-    S._CLUSTER = cl
-    try:
-        return fn()
-    finally:
-        S._CLUSTER = old
+    return knob(cl, fn)
 
 
 def identity_checks(log):
-    out = []
-    gen = torch.Generator(device=DEV).manual_seed(5)
-    for B, V, dtype, src in [(1, 128256, torch.float32, "probs"), (7, 32000, torch.float32, "logits"),
-                             (64, 151936, torch.bfloat16, "logits"), (300, 128256, torch.float32, "probs"),
-                             (33, 1001, torch.float16, "logits"), (5, 262208, torch.float32, "logits")]:
-        lg = (torch.randn(B, V, generator=gen, device=DEV) * torch.where(
-            torch.rand(B, 1, generator=gen, device=DEV) < 0.5, 4.0, 1.0))
-        x = torch.softmax(lg, -1) if src == "probs" else lg.to(dtype)
-        k = torch.randint(1, 2049, (B,), generator=gen, device=DEV).to(torch.int32)
-        k[0] = 50
-        p = torch.rand(B, generator=gen, device=DEV).clamp_min(0.05)
-        fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
-        for order in ("top_k_first", "joint"):
-            ref = with_cluster(-1, lambda: fn(x, k, p, filter_apply_order=order, seed=3, offset=9))
-            xf = x.float()
-            for cl in (1000, 1001, 1003, 1008):
-                t0 = time.perf_counter()
-                got = with_cluster(cl, lambda: fn(x, k, p, filter_apply_order=order, seed=3, offset=9))
-                torch.cuda.synchronize()
-                dt = time.perf_counter() - t0
-                larger = (xf > xf.gather(1, got[:, None])).sum(1)
-                r = dict(B=B, V=V, dtype=str(dtype), src=src, order=order, cluster=cl,
-                         mismatch_vs_stream=int((got != ref).sum()), outside_top_k=int((larger >= k).sum()),
-                         seconds=round(dt, 3))
-                out.append(r)
-                log(f"identity {r}")
-    return out
+    return ab_identity(log, knobs=(1000, 1001, 1003, 1008))
 
 
 def timing(args, log):
@@ -138,39 +108,13 @@ def sweep(log):
 
 
 def profile(log):
-    """Phase times of the filter kernel (row 0, rank 0) from a -DFIB_SAMPLING_PROFILE build
-    (FIB_KERNELS_DIR pointing at it); nothing without that build."""
+    """Phase times from a -DFIB_SAMPLING_PROFILE build (FIB_KERNELS_DIR pointing at it)."""
     from fib_runtime.kernels import loader
     mod = loader.load_family("sampling")
     if mod is None or not hasattr(mod, "prof_read"):
         log("profile: not a profiling build")
         return []
-    names = ["tma_issued", "head_tail", "first_stage", "loop_done", "local_topk", "joint", "merged", "sorted",
-             "end"]
-    rows = []
-    gen = torch.Generator(device=DEV).manual_seed(1)
-    for B, V, cl, k, src in [(1, 32000, 1001, 50, "probs"), (1, 32000, 1008, 50, "probs"),
-                             (1, 128256, 1001, 50, "probs"), (1, 128256, 1004, 50, "probs"),
-                             (1, 128256, 1008, 50, "probs"), (512, 128256, 1001, 50, "probs"),
-                             (1, 128256, 1001, 2048, "probs"), (512, 128256, 1001, 2048, "probs"),
-                             (1, 128256, 1004, 50, "logits_bf16")]:
-        lg = torch.randn(B, V, generator=gen, device=DEV) * 4
-        x = torch.softmax(lg, -1) if src == "probs" else lg.to(torch.bfloat16)
-        fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
-        kt = torch.full((B,), k, dtype=torch.int32, device=DEV)
-        pt = torch.full((B,), 0.9, device=DEV)
-        for _ in range(3):
-            with_cluster(cl, lambda: fn(x, kt, pt, seed=1, offset=0))
-        torch.cuda.synchronize()
-        vals = [int(v) for v in str(mod.prof_read()).split(",")]
-        r = {"B": B, "V": V, "cluster": cl, "k": k, "src": src}
-        r.update({n: vals[i] / 1000.0 for i, n in enumerate(names)})
-        r["compactions"], r["compacted_entries"] = vals[9], vals[10]
-        r["first_compaction"] = [vals[11] / 1000.0, vals[12] / 1000.0]
-        r["slow_warp_stages"], r["warp_stages"] = vals[13], vals[14]
-        rows.append(r)
-        log("prof " + " ".join(f"{a}={b:.2f}" if isinstance(b, float) else f"{a}={b}" for a, b in r.items()))
-    return rows
+    return ab_profile(mod, log)
 
 
 def main():
