@@ -267,9 +267,9 @@ __device__ __forceinline__ void bitonic_chunk128(uint64_t (&v)[4], int base, int
 }
 
 // Sorts G[0..P) descending (P a power of two, P <= 16 * 128); all threads call it; ends with a
-// block barrier. P <= 64: one warp's shuffles. P >= 128: every level runs its strides below 128 inside one warp's registers
-// (one load, one store, one barrier per level) and only the larger strides through shared memory
-// with a barrier each: 15 barriers for P = 2048 instead of 66.
+// block barrier. P <= 64: one warp's shuffles. P >= 128: every level runs its strides below 128
+// inside one warp's registers (one load, one store, one barrier per level) and only the larger
+// strides through shared memory with a barrier each: 15 barriers for P = 2048 instead of 66.
 static_assert(kWarps * 128 >= kCand, "bitonic_sort_desc: one 128-entry chunk per warp");
 __device__ __forceinline__ void bitonic_sort_desc(uint64_t* G, int P) {
   if (P <= 64) {
