@@ -177,11 +177,16 @@ __device__ unsigned long long g_fib_prof[24];
   } while (0)
 #define FIB_PROF_ADD(i, v) \
   do { if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) g_fib_prof[i] += (v); } while (0)
+#define FIB_PROF_IF(cond, i) \
+  do { if (cond) FIB_PROF(i); } while (0)
 #else
 #define FIB_PROF(i) \
   do {              \
   } while (0)
 #define FIB_PROF_ADD(i, v) \
+  do {                     \
+  } while (0)
+#define FIB_PROF_IF(cond, i) \
   do {                     \
   } while (0)
 #endif

@@ -512,13 +512,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     }
     if (compact) {
       const int cnt = s_cnt;
-#ifdef FIB_SAMPLING_PROFILE
-      if (blockIdx.y == 0 && tid == 0 && rank == 0 && g_fib_prof[10] == 0) {
-        unsigned long long t_;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));
-        g_fib_prof[12] = t_;
-      }
-#endif
+      FIB_PROF_IF(g_fib_prof[10] == 0, 12);  // the first compaction's start / end
       FIB_PROF_ADD(10, 1);
       FIB_PROF_ADD(11, cnt);
       Segs sg;
@@ -532,13 +526,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
         s_tau = t;
       }
       __syncthreads();
-#ifdef FIB_SAMPLING_PROFILE
-      if (blockIdx.y == 0 && tid == 0 && rank == 0 && g_fib_prof[10] == 1) {
-        unsigned long long t_;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));
-        g_fib_prof[13] = t_;
-      }
-#endif
+      FIB_PROF_IF(g_fib_prof[10] == 1, 13);
     }
     tau = s_tau;
   }

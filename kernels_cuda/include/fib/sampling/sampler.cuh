@@ -326,6 +326,13 @@ __device__ __forceinline__ int min_p_keep(const uint64_t* G, int nc, const Weigh
   return c < 1 ? 1 : c;
 }
 
+// The row's draw in [0, tot): one Philox value from the row's (seed, offset), scaled to tot.
+__device__ __forceinline__ uint64_t row_draw_target(const Params& p, int row, uint64_t tot) {
+  const uint64_t seed = static_cast<uint64_t>(p.seed_arr ? p.seed_arr[p.seed_per_row ? row : 0] : p.seed_val);
+  const uint64_t offset = static_cast<uint64_t>(p.offset_arr ? p.offset_arr[p.offset_per_row ? row : 0] : p.offset_val);
+  return __umul64hi(row_random64(seed, offset, static_cast<uint32_t>(row)), tot);
+}
+
 // finish_sorted for nc <= 64 candidates, by warp 0 alone (no block barriers):
 // same weights, same exact top-p rule (ties kept together), same inverse-CDF draw, same token.
 __device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t* G, int nc, const WeightCtx& wc,
@@ -357,9 +364,7 @@ __device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t*
     if (l == 0) p.out_idx[row] = 0;
     return;
   }
-  const uint64_t seed = static_cast<uint64_t>(p.seed_arr ? p.seed_arr[p.seed_per_row ? row : 0] : p.seed_val);
-  const uint64_t offset = static_cast<uint64_t>(p.offset_arr ? p.offset_arr[p.offset_per_row ? row : 0] : p.offset_val);
-  const uint64_t tgt = __umul64hi(row_random64(seed, offset, static_cast<uint32_t>(row)), tot);
+  const uint64_t tgt = row_draw_target(p, row, tot);
   if (l < nkeep && wa > 0 && exa <= tgt && tgt < exa + wa)
     p.out_idx[row] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(G[l]));
   if (l + 32 < nkeep && wb > 0 && exb <= tgt && tgt < exb + wb)
@@ -423,9 +428,7 @@ __device__ __forceinline__ void finish_sorted(const Params& p, const uint64_t* G
     if (tid == 0) p.out_idx[row] = 0;
     return;
   }
-  const uint64_t seed = static_cast<uint64_t>(p.seed_arr ? p.seed_arr[p.seed_per_row ? row : 0] : p.seed_val);
-  const uint64_t offset = static_cast<uint64_t>(p.offset_arr ? p.offset_arr[p.offset_per_row ? row : 0] : p.offset_val);
-  const uint64_t tgt = __umul64hi(row_random64(seed, offset, static_cast<uint32_t>(row)), tot);
+  const uint64_t tgt = row_draw_target(p, row, tot);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const int j = 4 * tid + q;
