@@ -27,6 +27,11 @@ POINTS = [(1, 128256, 50, 0), (1, 128256, 50, 1004), (1, 128256, 50, 1008), (1, 
           (256, 128256, 50, 0), (512, 128256, 50, 0), (512, 151936, 50, 0), (512, 32000, 50, 0),
           (64, 128256, 2048, 0), (512, 128256, 2048, 0), (1, 32000, 2048, 0), (16, 32000, 2048, 0),
           (64, 32000, 2048, 0), (1, 151936, 2048, 0)]
+# single filters (no top-k: the cluster kernel's general path), from probs: (op, B, V)
+OPS = [(op, B, V) for op in ("top_p", "plain", "min_p") for V, Bs in ((128256, (1, 16, 64, 256, 512)),
+                                                                     (32000, (1, 512)))
+       for B in Bs]
+OPS_KNOBS = [(op, 512, 128256, cl) for op in ("plain", "top_p") for cl in (4, 5, 6, 8)]
 PROFILE = [(1, 128256, 50, 1001), (1, 128256, 50, 1004), (64, 128256, 50, 1002), (512, 128256, 50, 1001),
            (512, 128256, 2048, 1001), (1, 32000, 50, 999), (1, 128256, 50, 999), (16, 128256, 50, 999),
            (1, 32000, 2048, 999)]
@@ -80,6 +85,84 @@ def identity_checks(log, knobs=(1001, 1002, 1003, 1008, 1, 4, 8)):
                 if r["mismatch"] or r["outside_top_k"]:
                     log(f"IDENTITY FAIL {r}")
     log(f"identity checks: {len(rows)} failures: {sum(1 for r in rows if r['mismatch'] or r['outside_top_k'])}")
+    return rows
+
+
+def _op_call(op, x, seed, offset, out=None, p=0.9, m=0.1):
+    from fib_runtime.kernels import sampling as S
+
+    if op == "top_p":
+        return S.top_p_sampling_from_probs(x, p, seed=seed, offset=offset, out=out)
+    if op == "min_p":
+        return S.min_p_sampling_from_probs(x, m, seed=seed, offset=offset, out=out)
+    return S.sampling_from_probs(x, seed=seed, offset=offset, out=out)
+
+
+def _fi_op(op, x, p, m):
+    from sampling import FI  # noqa: E402
+
+    if op == "top_p":
+        return FI.fis.top_p_sampling_from_probs(x, p, seed=1234, offset=0)
+    if op == "min_p":
+        return FI.fis.min_p_sampling_from_probs(x, m, seed=1234, offset=0)
+    return FI.fis.sampling_from_probs(x, seed=1234, offset=0)
+
+
+def op_identity_checks(log):
+    """Single filters: the same token under every cluster size whose rows are resident (and, for
+    plain sampling and min-p, also the streamed S=1 row at V=128256: the old warp walk)."""
+    import torch
+
+    dev = "cuda"
+    rows = []
+    gen = torch.Generator(device=dev).manual_seed(11)
+    for B, V in [(37, 128256), (9, 32000), (3, 151936)]:
+        lg = torch.randn(B, V, generator=gen, device=dev) * torch.where(
+            torch.rand(B, 1, generator=gen, device=dev) < 0.5, 4.0, 1.0)
+        x = torch.softmax(lg, -1)
+        p = torch.rand(B, generator=gen, device=dev) * 0.7 + 0.25
+        for op in ("plain", "min_p", "top_p"):
+            knobs = (4, 8) if op == "top_p" and V > 40000 else (1, 2, 4, 8)
+            ref = None
+            for cl in knobs:
+                got = knob(cl, lambda: _op_call(op, x, 3, 9, p=p))
+                if ref is None:
+                    ref = got
+                    continue
+                r = {"op": op, "B": B, "V": V, "cluster": cl, "ref_cluster": knobs[0],
+                     "mismatch": int((got != ref).sum())}
+                rows.append(r)
+                if r["mismatch"]:
+                    log(f"OP IDENTITY FAIL {r}")
+    log(f"op identity checks: {len(rows)} failures: {sum(1 for r in rows if r['mismatch'])}")
+    return rows
+
+
+# single filters (sample_row without top-k): phases t1, t2, t11..t17 - t0 of row 0 (rank 0; t17:
+# the thread that rescans the drawn span)
+OP_PROFILE = [("plain", 1, 128256), ("plain", 512, 128256), ("top_p", 1, 128256), ("top_p", 512, 128256),
+              ("min_p", 512, 128256)]
+OP_NAMES = {1: "loaded", 2: "sync_a", 11: "rej_masses", 12: "cand_sync", 13: "checked", 14: "check_sync",
+            15: "draw_start", 16: "draw_masses", 17: "drawn"}
+
+
+def op_profile(mod, log, points=OP_PROFILE):
+    import torch
+
+    dev = "cuda"
+    rows = []
+    gen = torch.Generator(device=dev).manual_seed(1)
+    for op, B, V in points:
+        x = torch.softmax(torch.randn(B, V, generator=gen, device=dev) * 4, -1)
+        for _ in range(3):
+            _op_call(op, x, 1, 0)
+        torch.cuda.synchronize()
+        vals = [int(v) for v in str(mod.prof_read()).split(",")]
+        r = {"op": op, "B": B, "V": V}
+        raw = vals[20:44]  # every slot since t0 (0 where unset)
+        r.update({n: (raw[i] / 1000.0 if raw[i] > 0 else None) for i, n in OP_NAMES.items()})
+        rows.append(r)
+        log("op prof " + str({a: (round(b, 2) if isinstance(b, float) else b) for a, b in r.items()}))
     return rows
 
 
@@ -141,9 +224,10 @@ def child(args):
     mod = loader.load_family("sampling")
     if mod is not None and hasattr(mod, "prof_read"):  # profiling builds: phase times only
         res["profile"] = profile(mod, log)
+        res["op_profile"] = op_profile(mod, log)
         return res
     cache = {}
-    for B, V, k, cl in POINTS:
+    for B, V, k, cl in ([] if args.skip_points else POINTS):
         if (B, V) not in cache:
             cache.clear()
             torch.cuda.empty_cache()
@@ -163,7 +247,38 @@ def child(args):
         res["timing"].append(r)
         log(f"time {r}")
     cache.clear()
-    res["identity"] = identity_checks(log)
+    if args.ops:
+        res["ops"] = []
+        for op, B, V in OPS:
+            if (B, V) not in cache:
+                cache.clear()
+                torch.cuda.empty_cache()
+                cache[(B, V)] = [torch.softmax(x, -1) for x in make_inputs(B, V, "peaked")]
+            prs = cache[(B, V)]
+            pt = torch.full((B,), 0.9, device=dev)
+            mt = torch.full((B,), 0.1, device=dev)
+            outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
+            r = {"op": op, "B": B, "V": V, "us": graph_time([
+                (lambda i=i: _op_call(op, prs[i], seed_t, off_t, outs[i], pt, mt)) for i in range(4)])}
+            if args.cake and FI.ok:
+                r["fi_us"] = graph_time([(lambda i=i: _fi_op(op, prs[i], pt, mt)) for i in range(4)])
+            res["ops"].append(r)
+            log(f"op {r}")
+        for op, B, V, cl in OPS_KNOBS:  # cluster sizes forced (knob S) at the large batch
+            if (B, V) not in cache:
+                cache.clear()
+                torch.cuda.empty_cache()
+                cache[(B, V)] = [torch.softmax(x, -1) for x in make_inputs(B, V, "peaked")]
+            prs = cache[(B, V)]
+            outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
+            r = {"op": op, "B": B, "V": V, "cluster": cl, "us": knob(cl, lambda: graph_time([
+                (lambda i=i: _op_call(op, prs[i], seed_t, off_t, outs[i])) for i in range(4)]))}
+            res.setdefault("ops_knobs", []).append(r)
+            log(f"op knob {r}")
+        cache.clear()
+        res["op_identity"] = op_identity_checks(log)
+    if not args.skip_identity:
+        res["identity"] = identity_checks(log)
     return res
 
 
@@ -172,6 +287,9 @@ def main():
     ap.add_argument("--builds", required=False, default="")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--cake", action="store_true", help="also time FlashInfer cake beside the policy points")
+    ap.add_argument("--ops", action="store_true", help="also time top-p / plain / min-p (OPS) and check their identity")
+    ap.add_argument("--skip-points", action="store_true", help="skip the top-k+top-p POINTS")
+    ap.add_argument("--skip-identity", action="store_true", help="skip the top-k+top-p identity checks")
     ap.add_argument("--child", default="")
     args = ap.parse_args()
     if args.child:
@@ -186,6 +304,8 @@ def main():
         tmp = out / f".ab_{name}.json"
         env = dict(os.environ, FIB_KERNELS_DIR=str(Path(d).resolve()))
         cmd = [sys.executable, __file__, "--child", str(tmp)] + (["--cake"] if args.cake and i == 0 else [])
+        cmd += [f for f, on in (("--ops", args.ops), ("--skip-points", args.skip_points),
+                                ("--skip-identity", args.skip_identity)) if on]
         print(f"== build {name} ({d})", flush=True)
         rc = subprocess.call(cmd, env=env)
         allres["builds"][name] = json.loads(tmp.read_text()) if rc == 0 and tmp.exists() else {"rc": rc}
@@ -201,6 +321,16 @@ def main():
             if j < len(t) and "cake_us" in t[j]:
                 cake = f"{t[j]['cake_us']:.1f}"
         print(f"| {B} | {V} | {k} | {cl} | " + " | ".join(cells) + f" | {cake} |")
+    if args.ops:
+        print("\n| op | B | V | " + " | ".join(names) + " | FI regular |")
+        for j, (op, B, V) in enumerate(OPS):
+            cells, fi = [], "–"
+            for n in names:
+                t = allres["builds"][n].get("ops", [])
+                cells.append(f"{t[j]['us']:.1f}" if j < len(t) else "–")
+                if j < len(t) and "fi_us" in t[j]:
+                    fi = f"{t[j]['fi_us']:.1f}"
+            print(f"| {op} | {B} | {V} | " + " | ".join(cells) + f" | {fi} |")
 
 
 if __name__ == "__main__":

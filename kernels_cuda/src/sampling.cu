@@ -334,8 +334,19 @@ int64_t sample(TensorView input, Optional<TensorView> out_idx, Optional<TensorVi
   const DevInfo& d = dev_info(dev);
   // (temperature <= 0 turns a row into greedy = top-k 1, which needs the histogram space too)
   const bool needs_hist = p.has_topk || p.has_topp || (p.is_logits && (p.temp_arr || !(p.temp_val > 0.0f)));
-  const Config c = choose_config(d, B, V, dt, cluster > 0 && cluster <= fs::kMaxCluster ? static_cast<int>(cluster) : 0, needs_hist,
-                                 p.mode == fs::kSample && p.has_topk);
+  const int forced = cluster > 0 && cluster <= fs::kMaxCluster ? static_cast<int>(cluster) : 0;
+  Config c = choose_config(d, B, V, dt, forced, needs_hist, p.mode == fs::kSample && p.has_topk);
+  // top-p alone: rejection needs no histograms, so the slices are laid out as for plain sampling
+  // (smaller, 2 CTAs per SM at large B); rows that need the exact radix path then read their keys
+  // from global memory and put the histograms where the resident keys were (>= kHistBytes).
+  const bool greedy_possible = p.is_logits && (p.temp_arr || !(p.temp_val > 0.0f));
+  if (p.mode == fs::kSample && p.has_topp && !p.has_topk && !p.has_minp && !greedy_possible) {
+    Config c2 = choose_config(d, B, V, dt, forced, false, false);
+    if (c2.resident) {
+      if (c2.smem < static_cast<size_t>(kHistBytes)) c2.smem = kHistBytes;
+      c = c2;
+    }
+  }
   p.chunk = c.chunk;
   p.resident = c.resident;
   p.hist_bytes = c.hist_bytes;
@@ -404,6 +415,8 @@ tvm::ffi::String prof_read() {
   r += "," + std::to_string(h[14]) + "," + std::to_string(h[15]);
   for (int i = 16; i <= 19; ++i) r += "," + std::to_string(static_cast<long long>(h[i] - h[0]));
   r += "," + std::to_string(h[21]);
+  // then every slot as a time since h[0] (0 where unset): fields 20..43
+  for (int i = 0; i < 24; ++i) r += "," + std::to_string(h[i] ? static_cast<long long>(h[i] - h[0]) : 0LL);
   return tvm::ffi::String(r);
 }
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(prof_read, prof_read);

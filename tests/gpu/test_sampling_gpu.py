@@ -227,6 +227,25 @@ def test_distribution_large_vocab(V, k, p, kind, force_path):
     assert_distribution(counts, q, n, f"large V={V} k={k} p={p} {kind} (margin {margin:.2g}) {force_path}")
 
 
+@pytest.mark.parametrize("V,p,kind,src", [
+    (128256, 0.9, "flat", "probs"),
+    (151936, 0.3, "flat", "logits"),  # acceptance ~0.3: ~1/4 of the rows take the exact retry path
+    (32000, 0.95, "peaked", "logits"),
+    (262208, 0.6, "mid", "probs"),
+])
+def test_distribution_top_p_large(V, p, kind, src):
+    """top-p alone on resident rows: four candidates from the whole row, the first in the nucleus
+    wins, the exact radix path with a fresh draw when all four fall outside."""
+    gen = torch.Generator().manual_seed(V + int(p * 100))
+    lg = make_row(V, kind, gen)
+    row = lg if src == "logits" else torch.softmax(lg.double(), 0).float()
+    q, margin = ref_kept(row, src == "logits", p=p)
+    rows, calls = 989, 1061
+    fn = S.top_p_sampling_from_logits if src == "logits" else S.top_p_sampling_from_probs
+    counts = draw_counts(fn, row, rows, calls, top_p=p)
+    assert_distribution(counts, q, rows * calls, f"top_p large V={V} p={p} {kind} {src} (margin {margin:.2g})")
+
+
 @pytest.mark.parametrize("src", ["probs", "logits"])
 def test_distribution_min_p_large(src):
     V = 151936
@@ -402,6 +421,32 @@ def test_same_seed_offset_same_tokens():
         S._CLUSTER = old
     # a row sampled alone gives the same token as inside the batch only if it has the same row index
     assert int(S.top_k_top_p_sampling_from_logits(x[:1], 50, 0.9, seed=42, offset=7)) == int(a[0])
+
+
+def test_single_filters_same_tokens_any_geometry():
+    """Plain sampling and min-p give the same token whether the slice is streamed (S = 1, 2 at
+    V=128256: the warp walk) or resident (S = 4, 8: the per-thread-span draw); top-p alone gives
+    the same token under every resident geometry (4 and 8 CTAs; 1..8 at V=32000)."""
+    gen = torch.Generator(device=DEV).manual_seed(21)
+    old = S._CLUSTER
+    try:
+        for V in (128256, 32000):
+            x = torch.softmax(torch.randn(37, V, generator=gen, device=DEV) * 3, -1)
+            p = torch.rand(37, generator=gen, device=DEV) * 0.7 + 0.25
+            for name, call, knobs in [
+                ("plain", lambda: S.sampling_from_probs(x, seed=5, offset=2), (1, 2, 4, 8)),
+                ("min_p", lambda: S.min_p_sampling_from_probs(x, 0.05, seed=5, offset=2), (1, 2, 4, 8)),
+                ("top_p", lambda: S.top_p_sampling_from_probs(x, p, seed=5, offset=2),
+                 (4, 8) if V > 40000 else (1, 2, 4, 8)),
+            ]:
+                outs = []
+                for cl in knobs:
+                    S._CLUSTER = cl
+                    outs.append(call())
+                for cl, o in zip(knobs[1:], outs[1:]):
+                    assert torch.equal(outs[0], o), (name, V, cl, int((outs[0] != o).sum()))
+    finally:
+        S._CLUSTER = old
 
 
 def test_cuda_graph_capture_reads_offset_tensor():

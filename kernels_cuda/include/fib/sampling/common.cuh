@@ -136,11 +136,23 @@ __host__ __device__ __forceinline__ void philox4x32_10(uint32_t key0, uint32_t k
   }
 }
 
-// 64 random bits for (seed, offset, row): counter = (offset lo, offset hi, row, tag), key = seed.
-__device__ __forceinline__ uint64_t row_random64(uint64_t seed, uint64_t offset, uint32_t row) {
-  uint32_t c[4] = {static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32), row, 0x46494231u};
+// Philox counter tags ("FIB1".."FIB3"): the row's draw; the rejection top-p candidates (tags 1
+// and 2, two 64-bit numbers each); the draw after rejected candidates.
+constexpr uint32_t kTagDraw = 0x46494231u, kTagCand = 0x46494232u, kTagRetry = 0x46494233u;
+// 128 random bits for (seed, offset, row, tag): counter = (offset lo, offset hi, row, tag), key = seed.
+__device__ __forceinline__ void row_random128(uint64_t seed, uint64_t offset, uint32_t row, uint32_t tag,
+                                              uint64_t* r0, uint64_t* r1) {
+  uint32_t c[4] = {static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32), row, tag};
   philox4x32_10(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), c);
-  return (static_cast<uint64_t>(c[0]) << 32) | c[1];
+  *r0 = (static_cast<uint64_t>(c[0]) << 32) | c[1];
+  *r1 = (static_cast<uint64_t>(c[2]) << 32) | c[3];
+}
+// 64 random bits for (seed, offset, row): the first half of row_random128's tag-kTagDraw block.
+__device__ __forceinline__ uint64_t row_random64(uint64_t seed, uint64_t offset, uint32_t row,
+                                                 uint32_t tag = kTagDraw) {
+  uint64_t r0, r1;
+  row_random128(seed, offset, row, tag, &r0, &r1);
+  return r0;
 }
 
 // ---- cluster helpers (a cluster of 1 on pre-Hopper builds)
@@ -179,7 +191,19 @@ __device__ unsigned long long g_fib_prof[24];
   do { if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) g_fib_prof[i] += (v); } while (0)
 #define FIB_PROF_IF(cond, i) \
   do { if (cond) FIB_PROF(i); } while (0)
+// any thread of row 0 (e.g. the one thread that rescans the drawn span)
+#define FIB_PROF_ROW(i)                                                  \
+  do {                                                                   \
+    if (blockIdx.y == 0) {                                               \
+      unsigned long long t_;                                             \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));             \
+      g_fib_prof[i] = t_;                                                \
+    }                                                                    \
+  } while (0)
 #else
+#define FIB_PROF_ROW(i) \
+  do {                  \
+  } while (0)
 #define FIB_PROF(i) \
   do {              \
   } while (0)

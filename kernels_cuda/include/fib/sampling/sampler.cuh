@@ -12,10 +12,14 @@
 //  4. top-p: radix select on mass (u64 fixed-point weight histograms, exact and order-free):
 //     keep token i iff the mass of strictly larger kept tokens is < top_p * total. Tokens of
 //     equal value are kept or dropped together. total = kept mass after top-k ("top_k_first",
-//     renormalised) or the whole row ("joint", unrenormalised).
+//     renormalised) or the whole row ("joint", unrenormalised). Top-p alone (top_p >= 0.25)
+//     first tries rejection: four candidates drawn from the whole row, each
+//     checked against the same rule in one pass (4r.); the exact radix path runs only when all four
+//     fall outside.
 //  5. Draw: one Philox4x32-10 number per row, keyed by (seed, offset, row), selects a point of
 //     the integer CDF of the kept weights in token order (exact, monotone, deterministic,
-//     independent of the cluster geometry).
+//     independent of the cluster geometry), located through per-thread spans (one cluster
+//     barrier; one thread rescans its span, <= 68 keys on resident rows).
 // Weights: logits w = exp2((l - l_max) * log2(e)/T), probs w = p / p_max, stored as
 // floor(w * 2^44). See common.cuh for the resolution this implies.
 #pragma once
@@ -35,7 +39,8 @@ struct Params {
   int B, V, chunk;
   int is_logits, mode, resident, joint;
   int elem16;  // input is bf16/fp16 (launch policy only)
-  int hist_bytes;  // bytes of histogram space before the resident keys (0: no top-k/top-p)
+  int hist_bytes;  // bytes of histogram space before the resident keys (0: none; top-p alone then
+                   // overlays its histograms on the keys, see sample_row 4.)
   const void* top_k_arr;
   int top_k_is64, top_k_val, has_topk;
   const float* top_p_arr;
@@ -172,6 +177,124 @@ __device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint3
 
 __device__ __forceinline__ bool kept_pred(uint32_t key, int i, uint32_t lo, int cut) {
   return key > lo || (key == lo && i < cut);
+}
+
+// ---- the draw: thread t owns the keys [t*E, t*E + E) of the slice, E = 4q with q odd (resident
+// keys: its 16-byte loads hit distinct banks); its kept mass, a block scan and the S CTA totals
+// locate the drawn token to one span, which its warp rescans (warp_span_hit). The token is the
+// first, in token order, whose inclusive prefix of kept weights exceeds the target, so every
+// geometry and kernel returns the same token.
+struct Span {
+  int a, b;  // [a, b) of the slice
+};
+__device__ __forceinline__ Span thread_span(int n) {
+  const int q = ((n + 4 * kThreads - 1) / (4 * kThreads)) | 1;
+  const int a = min(n, static_cast<int>(threadIdx.x) * 4 * q);
+  return Span{a, min(n, a + 4 * q)};
+}
+// Visits the span four keys at a time: f(k[4], j, cnt) with keys j..j+cnt-1 valid (cnt < 4 only at
+// the end; invalid entries are 0). key_at(i): a key of the slice (non-resident rows).
+template <class KeyAt, class F>
+__device__ __forceinline__ void for_span4(const uint32_t* keys, bool resident, KeyAt&& key_at, Span sp, F&& f) {
+  int j = sp.a;
+  if (resident) {
+#pragma unroll 2
+    for (; j + 4 <= sp.b; j += 4) {
+      const uint4 q = *reinterpret_cast<const uint4*>(keys + j);
+      const uint32_t k[4] = {q.x, q.y, q.z, q.w};
+      f(k, j, 4);
+    }
+  } else {
+    for (; j + 4 <= sp.b; j += 4) {
+      const uint32_t k[4] = {key_at(j), key_at(j + 1), key_at(j + 2), key_at(j + 3)};
+      f(k, j, 4);
+    }
+  }
+  if (j < sp.b) {
+    const int c = sp.b - j;
+    const uint32_t k[4] = {key_at(j), c > 1 ? key_at(j + 1) : 0u, c > 2 ? key_at(j + 2) : 0u, 0u};
+    f(k, j, c);
+  }
+}
+// weight_of for four keys: one (warp-uniform) branch on the row's kind, four independent chains
+__device__ __forceinline__ void weights4(const uint32_t (&k)[4], const WeightCtx& wc, uint64_t (&w)[4]) {
+  if (wc.kind == 1) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = __float2ull_rz(__fmul_rn(__fmul_rn(key2f(k[j]), wc.scale), kFixScale));
+  } else if (wc.kind == 0) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      w[j] = __float2ull_rz(__fmul_rn(exp2f(__fmul_rn(__fsub_rn(key2f(k[j]), wc.m), wc.scale)), kFixScale));
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = weight_of(k[j], wc);
+  }
+}
+// Warp-collective (all 32 lanes): the slice index of the kept token at which the running mass
+// passes rel, for the one lane (if any) with `mine` set, whose span holds rel (run = the span's
+// exclusive prefix, run <= rel < run + its kept mass). The span is split over the 32 lanes (<= 3
+// keys each), one warp scan of their masses, and the lane holding rel rescans its keys. Returns
+// the index in every lane, -1 when no lane of the warp is the owner.
+template <class KeyAt>
+__device__ __forceinline__ int warp_span_hit(bool mine, Span sp, uint64_t run, uint64_t rel, uint32_t lo, int cut,
+                                             const WeightCtx& wc, KeyAt&& key_at) {
+  const unsigned own = __ballot_sync(0xffffffffu, mine);
+  if (own == 0u) return -1;
+  const int src = __ffs(own) - 1, lane = threadIdx.x & 31;
+  const int a = __shfl_sync(0xffffffffu, sp.a, src), b = __shfl_sync(0xffffffffu, sp.b, src);
+  run = __shfl_sync(0xffffffffu, run, src);
+  rel = __shfl_sync(0xffffffffu, rel, src);
+  const int c = (b - a + 31) >> 5;
+  const int la = min(b, a + lane * c), lb = min(b, la + c);
+  uint64_t s = 0;
+  for (int i = la; i < lb; ++i) {
+    const uint32_t key = key_at(i);
+    if (kept_pred(key, i, lo, cut)) s += weight_of(key, wc);
+  }
+  const uint64_t inc = warp_incl_scan_u64(s, lane);
+  uint64_t r = run + inc - s;
+  int hit = -1;
+  if (s > 0 && r <= rel && rel < r + s) {
+    for (int i = la; i < lb && hit < 0; ++i) {
+      const uint32_t key = key_at(i);
+      const uint64_t w = kept_pred(key, i, lo, cut) ? weight_of(key, wc) : 0ull;
+      if (rel < r + w) hit = i;
+      r += w;
+    }
+  }
+  const unsigned hb = __ballot_sync(0xffffffffu, hit >= 0);
+  return hb ? __shfl_sync(0xffffffffu, hit, __ffs(hb) - 1) : -1;
+}
+// Mass of this thread's kept keys; the block's exclusive prefix in *ex; every rank's CTA total is
+// pushed into `tot` (kMaxCluster u64 in each rank) before one cluster barrier. Returns the row's
+// total and this slice's base in *base. All threads.
+template <class KeyAt>
+__device__ __forceinline__ uint64_t span_masses(const uint32_t* keys, bool resident, KeyAt&& key_at, Span sp,
+                                                uint32_t lo, int cut, const WeightCtx& wc, uint32_t rank, uint32_t S,
+                                                uint64_t* scratch, uint64_t* tot, uint64_t* mine, uint64_t* ex,
+                                                uint64_t* base) {
+  uint64_t m = 0;
+  const bool all = lo == 0u && cut == 0x7fffffff;  // every key kept (plain, top-p candidates)
+  for_span4(keys, resident, key_at, sp, [&](const uint32_t (&k)[4], int j, int cnt) {
+    if (all || max(max(k[0], k[1]), max(k[2], k[3])) >= lo) {  // (skips the weights of dropped quads)
+      uint64_t w[4];
+      weights4(k, wc, w);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) m += (t < cnt && kept_pred(k[t], j + t, lo, cut)) ? w[t] : 0ull;
+    }
+  });
+  uint64_t cta;
+  *ex = block_excl_scan_u64(m, scratch, &cta);
+  *mine = m;
+  if (threadIdx.x < S) *cl_remote(&tot[rank], threadIdx.x) = cta;
+  cl_sync();
+  uint64_t b = 0, t = 0;
+  for (uint32_t r = 0; r < S; ++r) {
+    if (r < rank) b += tot[r];
+    t += tot[r];
+  }
+  *base = b;
+  return t;
 }
 
 
@@ -326,11 +449,16 @@ __device__ __forceinline__ int min_p_keep(const uint64_t* G, int nc, const Weigh
   return c < 1 ? 1 : c;
 }
 
+__device__ __forceinline__ uint64_t row_seed(const Params& p, int row) {
+  return static_cast<uint64_t>(p.seed_arr ? p.seed_arr[p.seed_per_row ? row : 0] : p.seed_val);
+}
+__device__ __forceinline__ uint64_t row_offset(const Params& p, int row) {
+  return static_cast<uint64_t>(p.offset_arr ? p.offset_arr[p.offset_per_row ? row : 0] : p.offset_val);
+}
 // The row's draw in [0, tot): one Philox value from the row's (seed, offset), scaled to tot.
-__device__ __forceinline__ uint64_t row_draw_target(const Params& p, int row, uint64_t tot) {
-  const uint64_t seed = static_cast<uint64_t>(p.seed_arr ? p.seed_arr[p.seed_per_row ? row : 0] : p.seed_val);
-  const uint64_t offset = static_cast<uint64_t>(p.offset_arr ? p.offset_arr[p.offset_per_row ? row : 0] : p.offset_val);
-  return __umul64hi(row_random64(seed, offset, static_cast<uint32_t>(row)), tot);
+__device__ __forceinline__ uint64_t row_draw_target(const Params& p, int row, uint64_t tot,
+                                                    uint32_t tag = kTagDraw) {
+  return __umul64hi(row_random64(row_seed(p, row), row_offset(p, row), static_cast<uint32_t>(row), tag), tot);
 }
 
 // finish_sorted for nc <= 64 candidates, by warp 0 alone (no block barriers):
@@ -441,7 +569,8 @@ __device__ __forceinline__ void finish_sorted(const Params& p, const uint64_t* G
 // the streaming kernel (S = 1, not resident) for rows it does not handle itself.
 template <int DT>
 __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, const int row, const uint32_t rank,
-                                           const uint32_t S, const int chunk, const bool resident) {
+                                           const uint32_t S, const int chunk, const bool resident_in) {
+  bool resident = resident_in;  // (cleared when a top-p row of a histogram-free layout needs its histograms)
   // two histogram buffers of kHistBufBytes, then the resident keys
   auto hbuf = [&](int b) { return reinterpret_cast<uint64_t*>(dsm + (b & 1) * kHistBufBytes); };
   uint64_t* hist = hbuf(0);
@@ -460,6 +589,9 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   __shared__ uint32_t sh_pmax[kMaxCluster];
   __shared__ uint64_t sh_pcsum[kMaxCluster * kGroups];
   __shared__ uint64_t sh_pcnt[kMaxCluster], sh_pw[kMaxCluster];
+  // (no new static arrays: the filter kernel, which inlines this function, must keep 2 CTAs per SM)
+  // the draw's CTA kept masses reuse sh_pcnt (read by 2a long before; 2a and 4a return early)
+  uint64_t* const sh_ptot = sh_pcnt;
 
   constexpr int ESIZE = (DT == kF32) ? 4 : 2;
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
@@ -489,7 +621,8 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   FIB_PROF(0);
   cl_arrive();  // this CTA has started: its shared memory may take pushes once every rank arrived
 #ifdef FIB_SAMPLING_PROFILE
-  if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) g_fib_prof[10] = 0ull;
+  if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0)
+    for (int q = 10; q < 18; ++q) g_fib_prof[q] = 0ull;
 #endif
   auto gkey = [&](int i) -> uint32_t { return f2key(sanitize(load_elem<DT>(in_row, i), logits)); };
 #define FIB_KEY(i) (resident ? skeys[(i)] : gkey(i))
@@ -780,7 +913,97 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     return;
   }
 
+  // ---- 4r. top-p alone by rejection (top_p >= 0.25): four candidates drawn from the
+  // whole row (inverse CDF, token order); candidate j is in the nucleus iff the mass of strictly
+  // larger tokens is below the target (the rule of 4.), checked for all four in one pass; the first
+  // accepted candidate is the token. Exact: the first accepted of independent draws from w follows
+  // w restricted to the nucleus. All four rejected (probability <= (1 - top_p)^4): the exact path
+  // below, with a fresh draw (tag kTagRetry).
+  uint32_t draw_tag = kTagDraw;
+  const Span sp = thread_span(n);
+  auto key_at = [&](int i) -> uint32_t { return FIB_KEY(i); };
+  if (p.mode == kSample && use_p && !use_k && !use_m && tp >= 0.25f && (wc.kind == 0 || wc.kind == 1)) {
+    // without top-k the pushed coarse sums (sh_pcsum, 4 KB) are unused on this row in every rank:
+    // CTA masses [8], candidates [4], the candidates' masses per rank [8][4], block partials [4][16]
+    uint64_t* const sh_rtot = sh_pcsum;
+    uint64_t* const sh_cand = sh_pcsum + kMaxCluster;
+    uint64_t(*const sh_rsum)[4] = reinterpret_cast<uint64_t(*)[4]>(sh_pcsum + kMaxCluster + 4);
+    uint64_t(*const sh_r4)[kWarps] = reinterpret_cast<uint64_t(*)[kWarps]>(sh_pcsum + 5 * kMaxCluster + 4);
+    static_assert(5 * kMaxCluster + 4 + 4 * kWarps <= kMaxCluster * kGroups, "rejection scratch fits sh_pcsum");
+    uint64_t mine, ex, base;
+    const uint64_t total =
+        span_masses(skeys, resident, key_at, sp, 0u, 0x7fffffff, wc, rank, S, sh_scratch, sh_rtot, &mine, &ex, &base);
+    FIB_PROF(11);
+    if (total > 0) {  // (cluster-uniform)
+      uint64_t r[4];
+      const uint64_t seed = row_seed(p, row), off = row_offset(p, row);
+      row_random128(seed, off, static_cast<uint32_t>(row), kTagDraw, &r[0], &r[1]);
+      row_random128(seed, off, static_cast<uint32_t>(row), kTagCand, &r[2], &r[3]);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const uint64_t tgt = __umul64hi(r[c], total);
+        const bool own = tgt >= base && tgt - base >= ex && tgt - base < ex + mine;  // one thread of the cluster
+        const int i = warp_span_hit(own, sp, ex, tgt - base, 0u, 0x7fffffff, wc, key_at);
+        if (own) {
+          const uint64_t v = (static_cast<uint64_t>(FIB_KEY(i)) << 32) | static_cast<uint32_t>(start + i);
+          for (uint32_t q = 0; q < S; ++q) *cl_remote(&sh_cand[c], q) = v;
+        }
+      }
+      cl_sync();
+      FIB_PROF(12);
+      uint32_t ck[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) ck[c] = static_cast<uint32_t>(sh_cand[c] >> 32);
+      const uint32_t cmin = min(min(ck[0], ck[1]), min(ck[2], ck[3]));
+      uint64_t A[4] = {0ull, 0ull, 0ull, 0ull};
+      for_span4(skeys, resident, key_at, sp, [&](const uint32_t (&k)[4], int, int cnt) {
+        if (max(max(k[0], k[1]), max(k[2], k[3])) <= cmin) return;  // no key above any candidate
+        uint64_t w[4];
+        weights4(k, wc, w);
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const uint64_t wt = t < cnt ? w[t] : 0ull;
+#pragma unroll
+          for (int c = 0; c < 4; ++c) A[c] += k[t] > ck[c] ? wt : 0ull;
+        }
+      });
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const uint64_t v = warp_sum_u64(A[c]);
+        if (lane == 0) sh_r4[c][wid] = v;
+      }
+      __syncthreads();
+      FIB_PROF(13);
+      if (tid < 4) {
+        uint64_t v = 0;
+        for (int w = 0; w < kWarps; ++w) v += sh_r4[tid][w];
+        for (uint32_t q = 0; q < S; ++q) *cl_remote(&sh_rsum[rank][tid], q) = v;
+      }
+      cl_sync();
+      FIB_PROF(14);
+      const double tt = ceil(static_cast<double>(tp) * static_cast<double>(total));
+      const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
+      int acc = -1;
+      for (int c = 0; c < 4 && acc < 0; ++c) {
+        uint64_t a = 0;
+        for (uint32_t q = 0; q < S; ++q) a += sh_rsum[q][c];
+        if (a < target) acc = c;
+      }
+      if (acc >= 0) {  // (cluster-uniform) no remote access follows
+        if (rank == 0 && tid == 0) p.out_idx[row] = static_cast<int64_t>(static_cast<uint32_t>(sh_cand[acc]));
+        return;
+      }
+      draw_tag = kTagRetry;
+    }
+  }
+
   // ---- 4. top-p on mass
+  if (use_p && wc.kind != 3 && p.hist_bytes == 0 && resident) {
+    // top-p alone in the histogram-free layout (sampling.cu): from here the keys are read from
+    // global memory and the two histogram buffers overlay the resident keys (>= kHistBytes)
+    __syncthreads();
+    resident = false;
+  }
   if (use_p && wc.kind != 3) {
     uint32_t prefix = 0, mask = 0;
     uint64_t H = 0, target = 0;
@@ -880,35 +1103,13 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     return;
   }
 
-  // final kept mass, per warp segment (token order) and per CTA
-  const int SEG = (((n + kWarps - 1) / kWarps) + 31) & ~31;
-  const int w0 = min(n, wid * SEG), w1 = min(n, w0 + SEG);
-  {
-    uint64_t acc = 0;
-    for (int i = w0 + lane; i < w1; i += 32) {
-      uint32_t key = FIB_KEY(i);
-      if (kept_pred(key, i, lo, cut)) acc += weight_of(key, wc);
-    }
-    acc = warp_sum_u64(acc);
-    if (lane == 0) sh_wsum[wid] = acc;
-    __syncthreads();
-    if (tid == 0) {
-      uint64_t s = 0;
-      for (int w = 0; w < kWarps; ++w) s += sh_wsum[w];
-      sh_slot[2] = s;
-    }
-  }
-  cl_sync();
-  if (tid < static_cast<int>(S)) sh_gather[tid] = *cl_remote(&sh_slot[2], tid);
-  __syncthreads();
-  cl_arrive();  // no remote shared-memory access after this point
-  uint64_t base = 0, total = 0;
-  for (uint32_t r = 0; r < S; ++r) {
-    if (r < rank) base += sh_gather[r];
-    total += sh_gather[r];
-  }
-  const uint64_t mine = sh_gather[rank];
-
+  // ---- 5b. the kept mass of every thread span, the CTA totals, and then the renormalised probs
+  // or the draw (one cluster barrier; the drawn token's span is rescanned by its thread alone)
+  uint64_t mine, ex, base;
+  FIB_PROF(15);
+  const uint64_t total =
+      span_masses(skeys, resident, key_at, sp, lo, cut, wc, rank, S, sh_scratch, sh_ptot, &mine, &ex, &base);
+  FIB_PROF(16);
   if (p.mode == kRenormProbs) {
     float* orow = reinterpret_cast<float*>(p.out_vals) + static_cast<int64_t>(row) * p.out_stride + start;
     const double inv = total ? 1.0 / static_cast<double>(total) : 0.0;
@@ -918,55 +1119,19 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       if (kept_pred(key, i, lo, cut)) o = static_cast<float>(static_cast<double>(weight_of(key, wc)) * inv);
       orow[i] = o;
     }
-    cl_wait();
     return;
   }
-
-  // sample
   if (total == 0) {
     if (rank == 0 && tid == 0) p.out_idx[row] = 0;  // degenerate row: no positive weight
-    cl_wait();
     return;
   }
-  const uint64_t seed = static_cast<uint64_t>(p.seed_arr ? p.seed_arr[p.seed_per_row ? row : 0] : p.seed_val);
-  const uint64_t offset = static_cast<uint64_t>(p.offset_arr ? p.offset_arr[p.offset_per_row ? row : 0] : p.offset_val);
-  const uint64_t r64 = row_random64(seed, offset, static_cast<uint32_t>(row));
-  const uint64_t tgt = __umul64hi(r64, total);
-  if (tgt >= base && tgt < base + mine) {
-    const uint64_t rel0 = tgt - base;
-    if (tid == 0) {
-      uint64_t acc = 0;
-      int w = 0;
-      for (; w < kWarps - 1; ++w) {
-        if (rel0 < acc + sh_wsum[w]) break;
-        acc += sh_wsum[w];
-      }
-      sh_b = w;
-      sh_above = acc;
-    }
-    __syncthreads();
-    if (wid == sh_b) {
-      const uint64_t rel = rel0 - sh_above;
-      uint64_t run = 0;
-      for (int t0 = w0; t0 < w1; t0 += 32) {
-        const int i = t0 + lane;
-        uint64_t w = 0;
-        if (i < w1) {
-          uint32_t key = FIB_KEY(i);
-          if (kept_pred(key, i, lo, cut)) w = weight_of(key, wc);
-        }
-        uint64_t inc = warp_incl_scan_u64(w, lane);
-        uint64_t tot = __shfl_sync(0xffffffffu, inc, 31);
-        if (run + tot > rel) {
-          unsigned hit = __ballot_sync(0xffffffffu, w > 0 && run + inc > rel && run + inc - w <= rel);
-          if (lane == 0) p.out_idx[row] = start + t0 + (hit ? (__ffs(hit) - 1) : 0);
-          break;
-        }
-        run += tot;
-      }
-    }
+  const uint64_t tgt = row_draw_target(p, row, total, draw_tag);
+  const bool own = tgt >= base && tgt - base >= ex && tgt - base < ex + mine;  // one thread of the cluster
+  const int hit = warp_span_hit(own, sp, ex, tgt - base, lo, cut, wc, key_at);
+  if (own) {
+    p.out_idx[row] = start + hit;
+    FIB_PROF_ROW(17);
   }
-  cl_wait();
 #undef FIB_KEY
 }
 
