@@ -1104,7 +1104,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   }
 
   // ---- 5b. the kept mass of every thread span, the CTA totals, and then the renormalised probs
-  // or the draw (one cluster barrier; the drawn token's span is rescanned by its thread alone)
+  // or the draw (one cluster barrier; the warp that owns the drawn span rescans it)
   uint64_t mine, ex, base;
   FIB_PROF(15);
   const uint64_t total =
