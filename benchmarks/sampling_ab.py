@@ -227,12 +227,16 @@ def child(args):
         res["op_profile"] = op_profile(mod, log)
         return res
     cache = {}
-    for B, V, k, cl in ([] if args.skip_points else POINTS):
+
+    def probs_for(B, V):  # the 4 peaked inputs of one (B, V), only the latest kept on the GPU
         if (B, V) not in cache:
             cache.clear()
             torch.cuda.empty_cache()
             cache[(B, V)] = [torch.softmax(x, -1) for x in make_inputs(B, V, "peaked")]
-        prs = cache[(B, V)]
+        return cache[(B, V)]
+
+    for B, V, k, cl in ([] if args.skip_points else POINTS):
+        prs = probs_for(B, V)
         kt = torch.full((B,), k, dtype=torch.int32, device=dev)
         pt = torch.full((B,), 0.9, device=dev)
         outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
@@ -250,11 +254,7 @@ def child(args):
     if args.ops:
         res["ops"] = []
         for op, B, V in OPS:
-            if (B, V) not in cache:
-                cache.clear()
-                torch.cuda.empty_cache()
-                cache[(B, V)] = [torch.softmax(x, -1) for x in make_inputs(B, V, "peaked")]
-            prs = cache[(B, V)]
+            prs = probs_for(B, V)
             pt = torch.full((B,), 0.9, device=dev)
             mt = torch.full((B,), 0.1, device=dev)
             outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
@@ -265,11 +265,7 @@ def child(args):
             res["ops"].append(r)
             log(f"op {r}")
         for op, B, V, cl in OPS_KNOBS:  # cluster sizes forced (knob S) at the large batch
-            if (B, V) not in cache:
-                cache.clear()
-                torch.cuda.empty_cache()
-                cache[(B, V)] = [torch.softmax(x, -1) for x in make_inputs(B, V, "peaked")]
-            prs = cache[(B, V)]
+            prs = probs_for(B, V)
             outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
             r = {"op": op, "B": B, "V": V, "cluster": cl, "us": knob(cl, lambda: graph_time([
                 (lambda i=i: _op_call(op, prs[i], seed_t, off_t, outs[i])) for i in range(4)]))}
@@ -280,6 +276,19 @@ def child(args):
     if not args.skip_identity:
         res["identity"] = identity_checks(log)
     return res
+
+
+def _table(allres, names, cols, points, key, ref_key, ref_name):
+    """Prints one markdown table: a point per row, each build's time, the reference's time."""
+    print("\n| " + " | ".join(cols + names + [ref_name]) + " |")
+    for j, pt in enumerate(points):
+        cells, ref = [], "–"
+        for n in names:
+            t = allres["builds"][n].get(key, [])
+            cells.append(f"{t[j]['us']:.1f}" if j < len(t) else "–")
+            if j < len(t) and ref_key in t[j]:
+                ref = f"{t[j][ref_key]:.1f}"
+        print("| " + " | ".join([str(v) for v in pt] + cells + [ref]) + " |")
 
 
 def main():
@@ -311,27 +320,9 @@ def main():
         allres["builds"][name] = json.loads(tmp.read_text()) if rc == 0 and tmp.exists() else {"rc": rc}
         (out / "sampling_ab.json").write_text(json.dumps(allres, indent=1))
     names = list(allres["builds"])
-    print("\n| B | V | k | knob | " + " | ".join(names) + " | cake |")
-    for j, (B, V, k, cl) in enumerate(POINTS):
-        cells = []
-        cake = "–"
-        for n in names:
-            t = allres["builds"][n].get("timing", [])
-            cells.append(f"{t[j]['us']:.1f}" if j < len(t) else "–")
-            if j < len(t) and "cake_us" in t[j]:
-                cake = f"{t[j]['cake_us']:.1f}"
-        print(f"| {B} | {V} | {k} | {cl} | " + " | ".join(cells) + f" | {cake} |")
+    _table(allres, names, ["B", "V", "k", "knob"], POINTS, "timing", "cake_us", "cake")
     if args.ops:
-        print("\n| op | B | V | " + " | ".join(names) + " | FI regular |")
-        for j, (op, B, V) in enumerate(OPS):
-            cells, fi = [], "–"
-            for n in names:
-                t = allres["builds"][n].get("ops", [])
-                cells.append(f"{t[j]['us']:.1f}" if j < len(t) else "–")
-                if j < len(t) and "fi_us" in t[j]:
-                    fi = f"{t[j]['fi_us']:.1f}"
-            print(f"| {op} | {B} | {V} | " + " | ".join(cells) + f" | {fi} |")
-
+        _table(allres, names, ["op", "B", "V"], OPS, "ops", "fi_us", "FI regular")
 
 if __name__ == "__main__":
     main()

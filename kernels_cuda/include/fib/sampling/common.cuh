@@ -98,19 +98,19 @@ __device__ __forceinline__ float min_p_threshold(const WeightCtx& wc, bool logit
   return logits ? (wc.kind == 0 ? __fadd_rn(wc.m, __fmul_rn(T, logf(mp))) : wc.m) : __fmul_rn(mp, wc.m);
 }
 
+// The fixed-point weight of a key for one row kind (weight_of dispatches on c.kind; loops that
+// hoist the warp-uniform kind out of their body call these directly).
+__device__ __forceinline__ uint64_t fixed_weight(float w) { return __float2ull_rz(__fmul_rn(w, kFixScale)); }
+__device__ __forceinline__ uint64_t weight_logits(uint32_t key, const WeightCtx& c) {
+  return fixed_weight(exp2f(__fmul_rn(__fsub_rn(key2f(key), c.m), c.scale)));
+}
+__device__ __forceinline__ uint64_t weight_probs(uint32_t key, const WeightCtx& c) {
+  return fixed_weight(__fmul_rn(key2f(key), c.scale));
+}
 __device__ __forceinline__ uint64_t weight_of(uint32_t key, const WeightCtx& c) {
-  float f = key2f(key);
-  float w;
-  if (c.kind == 0) {
-    w = exp2f(__fmul_rn(__fsub_rn(f, c.m), c.scale));
-  } else if (c.kind == 1) {
-    w = __fmul_rn(f, c.scale);
-  } else if (c.kind == 2) {
-    w = (f == INFINITY) ? 1.0f : 0.0f;
-  } else {
-    w = 0.0f;
-  }
-  return __float2ull_rz(__fmul_rn(w, kFixScale));
+  if (c.kind == 0) return weight_logits(key, c);
+  if (c.kind == 1) return weight_probs(key, c);
+  return fixed_weight((c.kind == 2 && key2f(key) == INFINITY) ? 1.0f : 0.0f);
 }
 
 // ---- Philox4x32-10 (Salmon et al., SC'11), same constants as Random123 / curand.

@@ -220,11 +220,10 @@ __device__ __forceinline__ void for_span4(const uint32_t* keys, bool resident, K
 __device__ __forceinline__ void weights4(const uint32_t (&k)[4], const WeightCtx& wc, uint64_t (&w)[4]) {
   if (wc.kind == 1) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = __float2ull_rz(__fmul_rn(__fmul_rn(key2f(k[j]), wc.scale), kFixScale));
+    for (int j = 0; j < 4; ++j) w[j] = weight_probs(k[j], wc);
   } else if (wc.kind == 0) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      w[j] = __float2ull_rz(__fmul_rn(exp2f(__fmul_rn(__fsub_rn(key2f(k[j]), wc.m), wc.scale)), kFixScale));
+    for (int j = 0; j < 4; ++j) w[j] = weight_logits(k[j], wc);
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j) w[j] = weight_of(k[j], wc);
