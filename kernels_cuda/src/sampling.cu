@@ -117,7 +117,9 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool n
     // slices of at most 32K keys (128 KB, resident), enough CTAs to cover ~2 per SM at small B,
     // no slice below 4K keys. Measured on the H200 (run 1 sweep): 4 CTAs per row beat 6-8 at
     // V=128256 for B=1..512.
-    const int s_min = needs_hist ? (V + 32767) / 32768 : (V + 25599) / 25600;
+    // without histograms, slices of up to 27000 keys (105 KB: still 2 CTAs per SM; H200, B=512
+    // V=128256: S=5 180 us plain, 254 top-p, against S=6 190 and 271)
+    const int s_min = needs_hist ? (V + 32767) / 32768 : (V + 26999) / 27000;
     const int s_fill = (2 * d.sms + B - 1) / B;
     const int s_use = (V + 4095) / 4096;
     int s_want = s_fill < s_use ? s_fill : s_use;

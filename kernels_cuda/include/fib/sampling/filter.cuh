@@ -14,11 +14,13 @@
 //     composites and append them to a shared-memory buffer (one shared atomic per warp). When the
 //     buffer passes the trigger, an exact radix select raises tau to the current k-th largest and
 //     compacts the buffer to k entries. One block barrier per 4096-token stage.
-//  3. Rank 0 of the cluster selects the exact top-k among the S local sets (pushed whole into its
-//     idle ring over DSMEM when they fit, else compacted to k first or read remotely), sorts those
-//     k (one warp for k <= 64), and runs the same tail as the other paths (min-p, exact top-p on
-//     integer prefix sums in either order, one Philox draw per row): the same token as the other
-//     kernels.
+//  3. Rank 0 of the cluster selects the top-k among the S local sets (pushed whole and back to
+//     back into its idle ring over DSMEM when they fit, offsets reserved by a DSMEM atomic, else
+//     compacted first or read remotely): sets of at most max(Pk, 256) entries (Pk: k rounded up
+//     to a power of two) are sorted whole, larger ones first cut to at most Pk by a select that
+//     stops early; the first k of the sorted order are the top-k. It then runs the same tail as
+//     the other paths (min-p, exact top-p on integer prefix sums in either order, one Philox draw
+//     per row): the same token as the other kernels.
 // Radix selects start at the highest bit in which the candidates differ (min/max first), so
 // similar values (peaked or flat rows) do not pile into one histogram bin. Rows this kernel does
 // not cover (no top-k, k >= V, k > kFilterMaxK, greedy temperature) run the general algorithm
@@ -40,40 +42,17 @@ constexpr int kFilterStage = kThreads * kFilterPer;  // 4096 tokens per stage (o
 constexpr int kFilterCap = 2 * kFilterStage;         // candidate buffer: 8192 u64 (64 KB)
 constexpr int kFilterTrigger = kFilterCap - kFilterStage;  // compact above this (>= kFilterMaxK)
 // 2 fp32 stages / 5 half stages (H200: 48 KB, 3 fp32 stages, was no faster: the loop does not
-// wait on memory, profiled mbarrier waits are < 4 us per row of 31 stages)
+// wait on memory, profiled mbarrier waits are < 4 us per row of 31 stages; nor was a ring of 9
+// stages when one CTA has an SM to itself, B=64 33.8 vs 33.8 us: an SM streams ~20-25 GB/s from
+// HBM however many bytes it has in flight)
 constexpr int kFilterRingBytes = 40 * 1024;
 constexpr size_t kFilterSmem = kFilterRingBytes + kFilterCap * sizeof(uint64_t);  // 104 KB: 2 CTAs/SM
+// final sets of up to this many entries are sorted whole, without a select first (H200: 256 and
+// 512 time the same; a select costs ~1 us per digit pass)
+constexpr int kFilterSortDirect = 256;
 static_assert(kFilterTrigger >= kFilterMaxK, "compaction must leave room for a stage");
 static_assert(kFilterSmem >= 2 * kHistBufBytes, "the general fallback needs its histograms");
 
-#if FIB_HAS_CLUSTER
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  const uint32_t a = smem_u32(bar);
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(a), "r"(parity)
-        : "memory");
-  }
-}
-__device__ __forceinline__ void tma_load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(smem_u32(bar))
-      : "memory");
-}
-#endif
 
 __device__ __forceinline__ uint64_t warp_max_u64(uint64_t v) {
 #pragma unroll
@@ -120,12 +99,15 @@ struct SelectSmem {
   uint32_t above, vb;
 };
 
-// Exact k-th largest of the (unique) candidates, as a prefix t with #{c >= t} == k (1 <= k <= n).
-// All threads of the CTA call it; ends with a barrier. Digits of up to 8 bits start at the highest
-// bit in which the candidates differ; each pass costs two block barriers: the histogram, then warp
-// 0 scans it (8 bins per lane) and picks the digit while warps 1..8 clear the other buffer.
+// k-th largest of the (unique) candidates, as a prefix t with k <= #{c >= t} <= k + slack
+// (1 <= k <= n; slack = 0: exact, #{c >= t} == k). A slack lets the select stop as soon as the
+// digit bin holding the k-th entry is small enough: callers that only need a lower bound for tau,
+// or that sort the survivors anyway, save the last passes. All threads of the CTA call it; ends
+// with a barrier. Digits of up to 8 bits start at the highest bit in which the candidates differ;
+// each pass costs two block barriers: the histogram, then warp 0 scans it (8 bins per lane) and
+// picks the digit while warps 1..8 clear the other buffer.
 template <class Set>
-__device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm) {
+__device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm, int slack = 0) {
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
   uint64_t mx = 0ull, mn = ~0ull;
   s.each([&](uint64_t v, bool valid) {
@@ -208,7 +190,7 @@ __device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm) {
     prefix |= static_cast<uint64_t>(b) << shift;
     mask |= static_cast<uint64_t>(dmask) << shift;
     top = shift;
-    if (vb == rem || top == 0) {
+    if (vb - rem <= static_cast<uint32_t>(slack) || top == 0) {  // (vb >= rem)
       __syncthreads();  // every thread has read sm.b / above / vb
       return prefix;
     }
@@ -291,8 +273,8 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
 
   constexpr int ESIZE = (DT == kF32) ? 4 : 2;
   constexpr int STAGE_BYTES = kFilterStage * ESIZE;
-  constexpr int NST = kFilterRingBytes / STAGE_BYTES;    // 2 (fp32) or 5 (16-bit)
   constexpr int NV = (DT == kF32) ? 2 : 1;                // 16-byte vectors per thread per stage
+  constexpr int NST = kFilterRingBytes / STAGE_BYTES;    // 2 (fp32) or 5 (16-bit)
   unsigned char* ring = dsm;
   uint64_t* buf = reinterpret_cast<uint64_t*>(dsm + kFilterRingBytes);
   __shared__ uint64_t bars[NST];
@@ -328,6 +310,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     s_cnt = 0;
     s_tau = 0ull;
+    s_rcnt[0] = 0;  // (push mode: the other ranks reserve their places in this CTA's ring here)
   }
   __syncthreads();
   if (tid == 0) {
@@ -372,6 +355,12 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   // take the append path); never above kFilterTrigger (room for one more stage). H200, k=50,
   // B=512 V=128256: a floor of 1024 / 512 / 256 / 128 gave 120.2 / 108.2 / 110.9 / 110.1 us.
   const int trig = min(kFilterTrigger, max(4 * k, 512));
+  // the last selects stop early (kth_prefix slack): their survivors (at most Pk, the sort size of
+  // k) are sorted whole and cut to k. (A slack in the loop's compactions measured no faster: the
+  // lower tau admits more appends; H200, B=512 V=128256 k=50 114.3 vs 113.7 us, k=2048 250 vs 246.)
+  int Pk = 32;
+  while (Pk < k) Pk <<= 1;
+  const int direct = max(Pk, kFilterSortDirect);  // sets this small are sorted without a select
   // appends the tokens of this thread that pass c >= tau (one warp scan of the lanes' counts, one
   // shared atomic per warp; all lanes call); true when the count after this warp's append exceeds
   // trig. Token j of this thread sits at slice index i0 + j (j < 4) or i1 + j - 4 (j >= 4).
@@ -449,14 +438,14 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
 
   FIB_PROF(2);
   uint64_t tau = 0ull;
-  for (int s = 0; s < nstages; ++s) {
-    const int q = s % NST;
+  uint32_t parity = 0u;
+  for (int s = 0, q = 0; s < nstages; ++s) {
     const int sbytes = min(STAGE_BYTES, body_bytes - s * STAGE_BYTES);
 #ifdef FIB_SAMPLING_PROFILE
     unsigned long long w0_;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w0_));
 #endif
-    mbar_wait(&bars[q], static_cast<uint32_t>((s / NST) & 1));
+    mbar_wait(&bars[q], parity);
 #ifdef FIB_SAMPLING_PROFILE
     {
       unsigned long long w1_;
@@ -529,6 +518,10 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       FIB_PROF_IF(g_fib_prof[10] == 1, 13);
     }
     tau = s_tau;
+    if (++q == NST) {
+      q = 0;
+      parity ^= 1u;
+    }
   }
   FIB_PROF(4);
   // push mode (S > 1, the S-1 other sets fit rank 0's idle ring, `slot` entries each): every
@@ -536,9 +529,9 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   // local memory only. Otherwise rank 0 reads the other CTAs' buffers remotely.
   const bool push = static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
   const int slot = S > 1 ? (kFilterRingBytes / 8) / static_cast<int>(S - 1) : 0;
-  // local top-k (exactly min(k, n) entries), unless the whole set fits its place in the merge
-  // (rank 0 then selects over the S buffers as they are: one select on the critical path, not two)
-  const int keep_max = (S > 1 && push) ? min(slot, kFilterCap - kFilterMaxK) : k;
+  // local top-k (k to Pk entries), unless the whole set fits its place in the merge (rank 0 then
+  // selects over the S buffers as they are: one select on the critical path, not two)
+  const int keep_max = (S > 1 && push) ? min(slot, kFilterCap - kFilterMaxK) : direct;
   {
     const int cnt = s_cnt;
     if (cnt > keep_max) {
@@ -546,7 +539,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       sg.seg[0] = buf;
       sg.cnt[0] = cnt;
       sg.nseg = 1;
-      const uint64_t t = kth_prefix(sg, k, ssel);
+      const uint64_t t = kth_prefix(sg, k, ssel, min(keep_max, Pk) - k);
       compact_ge(buf, cnt, t, &s_new);
       if (tid == 0) s_cnt = s_new;
     }
@@ -587,11 +580,15 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     Segs sg;
     sg.nseg = static_cast<int>(S);
     if (push) {
+      // the other ranks' sets land back to back in rank 0's ring (offsets reserved by a DSMEM
+      // atomic on rank 0's s_rcnt[0], zeroed at entry; each set <= slot, so they fit): rank 0
+      // selects over two segments, not S
       if (rank != 0) {
-        uint64_t* dst = cl_remote(ring64, 0u) + static_cast<int>(rank - 1) * slot;
+        if (tid == 0) s_new = atomicAdd(cl_remote(&s_rcnt[0], 0u), nc0);
+        __syncthreads();
+        uint64_t* dst = cl_remote(ring64, 0u) + s_new;
         for (int i = tid; i < nc0; i += kThreads) dst[i] = buf[i];
         if (tid == 0) {
-          *cl_remote(&s_rcnt[rank], 0u) = nc0;
           *cl_remote(&s_rcm[rank], 0u) = cm;
           *cl_remote(&s_rcs[rank], 0u) = cs;
         }
@@ -600,12 +597,11 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       cl_sync();  // the pushed sets are visible in rank 0
       FIB_PROF(18);
       if (rank != 0) return;
+      sg.nseg = 2;
       sg.seg[0] = buf;
       sg.cnt[0] = nc0;
-      for (uint32_t r = 1; r < static_cast<uint32_t>(kMaxCluster); ++r) {
-        sg.seg[r] = ring64 + static_cast<int>(r - 1) * slot;
-        sg.cnt[r] = r < S ? s_rcnt[r] : 0;
-      }
+      sg.seg[1] = ring64;
+      sg.cnt[1] = s_rcnt[0];
       if (tid == 0) {
         s_rcm[0] = cm;
         s_rcs[0] = cs;
@@ -632,7 +628,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     if (tid == 0) s_new = 0;
     __syncthreads();  // (s_rcm / s_rcs, s_new)
     if (joint) cs = combine_partials(s_rcm, s_rcs, static_cast<int>(S), logits, scale, &cm);
-    const uint64_t t = total <= k ? 0ull : kth_prefix(sg, k, ssel);
+    const uint64_t t = total <= direct ? 0ull : kth_prefix(sg, k, ssel, Pk - k);
     FIB_PROF(19);
     sg.each([&](uint64_t v, bool valid) {
       const bool keep = valid && v >= t;
@@ -650,12 +646,14 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   }
 
   FIB_PROF(7);
-  // ---- sort the k survivors; min-p, top-p, draw (the tail shared with the streaming kernel)
+  // ---- sort the survivors (k to max(Pk, direct)) and keep the first k; min-p, top-p, draw (the
+  // tail shared with the streaming kernel)
   int P = 32;
   while (P < nc0) P <<= 1;
   for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;
   __syncthreads();
   bitonic_sort_desc(G, P);
+  nc0 = min(nc0, k);
   FIB_PROF(8);
   const float mval = key2f(static_cast<uint32_t>(G[0] >> 32));
   const WeightCtx wc = make_weight_ctx(mval, logits, scale);
