@@ -32,7 +32,7 @@ POINTS = [(1, 128256, 50, 0), (1, 128256, 50, 1004), (1, 128256, 50, 1008), (1, 
 # single filters (no top-k: the cluster kernel's general path), from probs: (op, B, V)
 OPS = [(op, B, V) for op in ("top_p", "plain", "min_p") for V, Bs in ((128256, (1, 16, 64, 256, 512)),
                                                                      (32000, (1, 512)))
-       for B in Bs]
+       for B in Bs] + [("top_p_rows", B, 128256) for B in (64, 512)]
 OPS_KNOBS = [(op, B, 128256, cl) for op in ("plain", "top_p", "min_p") for B in (256, 512) for cl in (5, 6)]
 PROFILE = [(1, 128256, 50, 1001), (1, 128256, 50, 1004), (16, 128256, 50, 1008), (64, 128256, 50, 1002), (512, 128256, 50, 1001),
            (512, 128256, 2048, 1001), (1, 32000, 50, 999), (1, 128256, 50, 999), (16, 128256, 50, 999), (64, 128256, 50, 999),
@@ -95,9 +95,17 @@ def _op_call(op, x, seed, offset, out=None, p=0.9, m=0.1):
 
     if op == "top_p":
         return S.top_p_sampling_from_probs(x, p, seed=seed, offset=offset, out=out)
+    if op == "top_p_rows":  # per-row top_p in [0.5, 1), as fib bench draws it
+        return S.top_p_sampling_from_probs(x, _rows_p(x), seed=seed, offset=offset, out=out)
     if op == "min_p":
         return S.min_p_sampling_from_probs(x, m, seed=seed, offset=offset, out=out)
     return S.sampling_from_probs(x, seed=seed, offset=offset, out=out)
+
+
+def _rows_p(x):
+    import torch
+
+    return torch.linspace(0.5, 0.999, x.shape[0], device=x.device)
 
 
 def _fi_op(op, x, p, m):
@@ -105,6 +113,8 @@ def _fi_op(op, x, p, m):
 
     if op == "top_p":
         return FI.fis.top_p_sampling_from_probs(x, p, seed=1234, offset=0)
+    if op == "top_p_rows":
+        return FI.fis.top_p_sampling_from_probs(x, _rows_p(x), seed=1234, offset=0)
     if op == "min_p":
         return FI.fis.min_p_sampling_from_probs(x, m, seed=1234, offset=0)
     return FI.fis.sampling_from_probs(x, seed=1234, offset=0)

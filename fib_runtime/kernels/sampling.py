@@ -27,10 +27,11 @@ Semantics (documented rules; the tests check them):
 - Resolution: weights are kept as floor(w / w_max * 2^44) (exact integer sums, so the draw is
   monotone and bitwise deterministic); tokens below 2^-44 of the row maximum are never drawn.
 - Randomness: Philox4x32-10 keyed by (seed, offset, row); one draw per row, except top-p alone (no
-  top-k on the row, no min-p, top_p >= 0.25), which draws four candidates from the whole row and
-  returns the first that lies in the nucleus (exact: the first accepted of independent draws
-  follows the nucleus distribution), or, when all four fall outside (probability <= (1-top_p)^4;
-  top_p < 0.25 always), one fresh draw inside the exactly computed nucleus. Pass ``seed``/``offset``
+  top-k on the row, no min-p, top_p >= 0.25), which draws up to four rounds of four candidates from
+  the whole row and returns the first that lies in the nucleus (exact: the first accepted of
+  independent draws follows the nucleus distribution), or, when all sixteen fall outside
+  (probability <= (1-top_p)^16; top_p < 0.25 always), one fresh draw inside the exactly computed
+  nucleus. Pass ``seed``/``offset``
   as Python ints or as int64 device tensors of 1 or B entries (read on the device: CUDA-graph safe;
   the caller advances the offset, by 1 per call is enough). Without them a process-wide counter
   is used (seed from ``torch.initial_seed()``, offset incremented per call): fine eagerly, frozen

@@ -229,13 +229,13 @@ def test_distribution_large_vocab(V, k, p, kind, force_path):
 
 @pytest.mark.parametrize("V,p,kind,src", [
     (128256, 0.9, "flat", "probs"),
-    (151936, 0.3, "flat", "logits"),  # acceptance ~0.3: ~1/4 of the rows take the exact retry path
+    (151936, 0.3, "flat", "logits"),  # acceptance ~0.3: a round passes ~1/4 of the rows on, ~0.3% reach the exact path
     (32000, 0.95, "peaked", "logits"),
     (262208, 0.6, "mid", "probs"),
 ])
 def test_distribution_top_p_large(V, p, kind, src):
-    """top-p alone on resident rows: four candidates from the whole row, the first in the nucleus
-    wins, the exact radix path with a fresh draw when all four fall outside."""
+    """top-p alone on resident rows: rounds of four candidates from the whole row, the first in the
+    nucleus wins, the exact radix path with a fresh draw when four rounds fall outside."""
     gen = torch.Generator().manual_seed(V + int(p * 100))
     lg = make_row(V, kind, gen)
     row = lg if src == "logits" else torch.softmax(lg.double(), 0).float()

@@ -136,9 +136,12 @@ __host__ __device__ __forceinline__ void philox4x32_10(uint32_t key0, uint32_t k
   }
 }
 
-// Philox counter tags ("FIB1".."FIB3"): the row's draw; the rejection top-p candidates (tags 1
-// and 2, two 64-bit numbers each); the draw after rejected candidates.
+// Philox counter tags ("FIB1".."FIB3"): the row's draw; the rejection top-p candidates of the first
+// round (tags 1 and 2, two 64-bit numbers each); the draw after rejected candidates. Rejection
+// rounds j >= 1 (of kRejRounds) use "FIR\0" + 2j and + 2j + 1.
 constexpr uint32_t kTagDraw = 0x46494231u, kTagCand = 0x46494232u, kTagRetry = 0x46494233u;
+constexpr uint32_t kTagRound = 0x46495200u;
+constexpr int kRejRounds = 4;
 // 128 random bits for (seed, offset, row, tag): counter = (offset lo, offset hi, row, tag), key = seed.
 __device__ __forceinline__ void row_random128(uint64_t seed, uint64_t offset, uint32_t row, uint32_t tag,
                                               uint64_t* r0, uint64_t* r1) {

@@ -969,12 +969,14 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     return;
   }
 
-  // ---- 4r. top-p alone by rejection (top_p >= 0.25): four candidates drawn from the
+  // ---- 4r. top-p alone by rejection (top_p >= 0.25): rounds of four candidates drawn from the
   // whole row (inverse CDF, token order); candidate j is in the nucleus iff the mass of strictly
   // larger tokens is below the target (the rule of 4.), checked for all four in one pass; the first
   // accepted candidate is the token. Exact: the first accepted of independent draws from w follows
-  // w restricted to the nucleus. All four rejected (probability <= (1 - top_p)^4): the exact path
-  // below, with a fresh draw (tag kTagRetry).
+  // w restricted to the nucleus. Up to kRejRounds rounds (the first uses tags kTagDraw/kTagCand,
+  // round j kTagRound + 2j, + 2j + 1): a row falls to the exact path below, with a fresh draw (tag
+  // kTagRetry), with probability <= (1 - top_p)^(4 kRejRounds). One round alone left 6% of the
+  // rows at top_p = 0.5 to the exact path, and one such row holds up a whole batch.
   uint32_t draw_tag = kTagDraw;
   const Span sp = thread_span(n);
   auto key_at = [&](int i) -> uint32_t { return FIB_KEY(i); };
@@ -991,63 +993,68 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         span_masses(skeys, resident, key_at, sp, 0u, 0x7fffffff, wc, rank, S, sh_scratch, sh_rtot, &mine, &ex, &base);
     FIB_PROF(11);
     if (total > 0) {  // (cluster-uniform)
-      uint64_t r[4];
       const uint64_t seed = row_seed(p, row), off = row_offset(p, row);
-      row_random128(seed, off, static_cast<uint32_t>(row), kTagDraw, &r[0], &r[1]);
-      row_random128(seed, off, static_cast<uint32_t>(row), kTagCand, &r[2], &r[3]);
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const uint64_t tgt = __umul64hi(r[c], total);
-        const bool own = tgt >= base && tgt - base >= ex && tgt - base < ex + mine;  // one thread of the cluster
-        const int i = warp_span_hit(own, sp, ex, tgt - base, 0u, 0x7fffffff, wc, key_at);
-        if (own) {
-          const uint64_t v = (static_cast<uint64_t>(FIB_KEY(i)) << 32) | static_cast<uint32_t>(start + i);
-          for (uint32_t q = 0; q < S; ++q) *cl_remote(&sh_cand[c], q) = v;
-        }
-      }
-      cl_sync();
-      FIB_PROF(12);
-      uint32_t ck[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) ck[c] = static_cast<uint32_t>(sh_cand[c] >> 32);
-      const uint32_t cmin = min(min(ck[0], ck[1]), min(ck[2], ck[3]));
-      uint64_t A[4] = {0ull, 0ull, 0ull, 0ull};
-      for_span4(skeys, resident, key_at, sp, [&](const uint32_t (&k)[4], int, int cnt) {
-        if (max(max(k[0], k[1]), max(k[2], k[3])) <= cmin) return;  // no key above any candidate
-        uint64_t w[4];
-        weights4(k, wc, w);
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          const uint64_t wt = t < cnt ? w[t] : 0ull;
-#pragma unroll
-          for (int c = 0; c < 4; ++c) A[c] += k[t] > ck[c] ? wt : 0ull;
-        }
-      });
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const uint64_t v = warp_sum_u64(A[c]);
-        if (lane == 0) sh_r4[c][wid] = v;
-      }
-      __syncthreads();
-      FIB_PROF(13);
-      if (tid < 4) {
-        uint64_t v = 0;
-        for (int w = 0; w < kWarps; ++w) v += sh_r4[tid][w];
-        for (uint32_t q = 0; q < S; ++q) *cl_remote(&sh_rsum[rank][tid], q) = v;
-      }
-      cl_sync();
-      FIB_PROF(14);
       const double tt = ceil(static_cast<double>(tp) * static_cast<double>(total));
       const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
-      int acc = -1;
-      for (int c = 0; c < 4 && acc < 0; ++c) {
-        uint64_t a = 0;
-        for (uint32_t q = 0; q < S; ++q) a += sh_rsum[q][c];
-        if (a < target) acc = c;
-      }
-      if (acc >= 0) {  // (cluster-uniform) no remote access follows
-        if (rank == 0 && tid == 0) p.out_idx[row] = static_cast<int64_t>(static_cast<uint32_t>(sh_cand[acc]));
-        return;
+      // up to kRejRounds rounds of four candidates (the spans' masses above serve every round)
+      for (int round = 0; round < kRejRounds; ++round) {
+        uint64_t r[4];
+        row_random128(seed, off, static_cast<uint32_t>(row), round == 0 ? kTagDraw : kTagRound + 2u * round, &r[0],
+                      &r[1]);
+        row_random128(seed, off, static_cast<uint32_t>(row), round == 0 ? kTagCand : kTagRound + 2u * round + 1u,
+                      &r[2], &r[3]);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const uint64_t tgt = __umul64hi(r[c], total);
+          const bool own = tgt >= base && tgt - base >= ex && tgt - base < ex + mine;  // one thread of the cluster
+          const int i = warp_span_hit(own, sp, ex, tgt - base, 0u, 0x7fffffff, wc, key_at);
+          if (own) {
+            const uint64_t v = (static_cast<uint64_t>(FIB_KEY(i)) << 32) | static_cast<uint32_t>(start + i);
+            for (uint32_t q = 0; q < S; ++q) *cl_remote(&sh_cand[c], q) = v;
+          }
+        }
+        cl_sync();  // (also: every rank has read the previous round's sh_rsum)
+        FIB_PROF(12);
+        uint32_t ck[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) ck[c] = static_cast<uint32_t>(sh_cand[c] >> 32);
+        const uint32_t cmin = min(min(ck[0], ck[1]), min(ck[2], ck[3]));
+        uint64_t A[4] = {0ull, 0ull, 0ull, 0ull};
+        for_span4(skeys, resident, key_at, sp, [&](const uint32_t (&k)[4], int, int cnt) {
+          if (max(max(k[0], k[1]), max(k[2], k[3])) <= cmin) return;  // no key above any candidate
+          uint64_t w[4];
+          weights4(k, wc, w);
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            const uint64_t wt = t < cnt ? w[t] : 0ull;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) A[c] += k[t] > ck[c] ? wt : 0ull;
+          }
+        });
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const uint64_t v = warp_sum_u64(A[c]);
+          if (lane == 0) sh_r4[c][wid] = v;
+        }
+        __syncthreads();
+        FIB_PROF(13);
+        if (tid < 4) {
+          uint64_t v = 0;
+          for (int w = 0; w < kWarps; ++w) v += sh_r4[tid][w];
+          for (uint32_t q = 0; q < S; ++q) *cl_remote(&sh_rsum[rank][tid], q) = v;
+        }
+        cl_sync();  // (also: every rank has read this round's sh_cand)
+        FIB_PROF(14);
+        int acc = -1;
+        for (int c = 0; c < 4 && acc < 0; ++c) {
+          uint64_t a = 0;
+          for (uint32_t q = 0; q < S; ++q) a += sh_rsum[q][c];
+          if (a < target) acc = c;
+        }
+        if (acc >= 0) {  // (cluster-uniform) no remote access follows
+          if (rank == 0 && tid == 0) p.out_idx[row] = static_cast<int64_t>(static_cast<uint32_t>(sh_cand[acc]));
+          return;
+        }
       }
       draw_tag = kTagRetry;
     }
