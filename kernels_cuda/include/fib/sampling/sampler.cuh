@@ -13,9 +13,9 @@
 //     keep token i iff the mass of strictly larger kept tokens is < top_p * total. Tokens of
 //     equal value are kept or dropped together. total = kept mass after top-k ("top_k_first",
 //     renormalised) or the whole row ("joint", unrenormalised). Top-p alone (top_p >= 0.25)
-//     first tries rejection: four candidates drawn from the whole row, each
-//     checked against the same rule in one pass (4r.); the exact radix path runs only when all four
-//     fall outside.
+//     first tries rejection: up to four rounds of four candidates drawn from the whole row, each
+//     round checked against the same rule in one pass (4r.); the exact radix path runs only when
+//     all sixteen fall outside.
 //  5. Draw: one Philox4x32-10 number per row, keyed by (seed, offset, row), selects a point of
 //     the integer CDF of the kept weights in token order (exact, monotone, deterministic,
 //     independent of the cluster geometry), located through per-thread spans (one cluster
