@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # (B, V, k, cluster knob): 0 = the launch policy, 1000 + S = the filter kernel with S CTAs per row
 POINTS = [(1, 128256, 50, 0), (1, 128256, 50, 1004), (1, 128256, 50, 1008), (1, 32000, 50, 0),
-          (1, 32000, 50, 1002), (16, 128256, 50, 0), (16, 128256, 50, 1004), (16, 128256, 50, 1008), (64, 128256, 50, 0),
-          (64, 128256, 50, 1002), (64, 128256, 50, 1004), (64, 128256, 50, 2), (64, 128256, 50, 3),
-          (64, 151936, 50, 0), (64, 151936, 50, 2), (64, 151936, 50, 3), (64, 32000, 50, 0), (64, 32000, 50, 1),
-          (128, 128256, 50, 0), (128, 128256, 50, 2),
+          (1, 32000, 50, 1002), (16, 128256, 50, 0), (16, 128256, 50, 1004), (16, 128256, 50, 1008),
+          (64, 128256, 50, 0), (64, 128256, 50, 1002), (64, 128256, 50, 1004), (64, 128256, 50, 2),
+          (64, 128256, 50, 3), (64, 151936, 50, 0), (64, 151936, 50, 2), (64, 151936, 50, 3),
+          (64, 32000, 50, 0), (64, 32000, 50, 1), (128, 128256, 50, 0), (128, 128256, 50, 2),
           (256, 128256, 50, 0), (512, 128256, 50, 0), (512, 151936, 50, 0), (512, 32000, 50, 0),
           (64, 128256, 2048, 0), (512, 128256, 2048, 0), (1, 32000, 2048, 0), (16, 32000, 2048, 0),
           (64, 32000, 2048, 0), (1, 151936, 2048, 0)]
@@ -34,9 +34,9 @@ OPS = [(op, B, V) for op in ("top_p", "plain", "min_p") for V, Bs in ((128256, (
                                                                      (32000, (1, 512)))
        for B in Bs] + [("top_p_rows", B, 128256) for B in (64, 512)]
 OPS_KNOBS = [(op, B, 128256, cl) for op in ("plain", "top_p", "min_p") for B in (256, 512) for cl in (5, 6)]
-PROFILE = [(1, 128256, 50, 1001), (1, 128256, 50, 1004), (16, 128256, 50, 1008), (64, 128256, 50, 1002), (512, 128256, 50, 1001),
-           (512, 128256, 2048, 1001), (1, 32000, 50, 999), (1, 128256, 50, 999), (16, 128256, 50, 999), (64, 128256, 50, 999),
-           (1, 32000, 2048, 999)]
+PROFILE = [(1, 128256, 50, 1001), (1, 128256, 50, 1004), (16, 128256, 50, 1008), (64, 128256, 50, 1002),
+           (512, 128256, 50, 1001), (512, 128256, 2048, 1001), (1, 32000, 50, 999), (1, 128256, 50, 999),
+           (16, 128256, 50, 999), (64, 128256, 50, 999), (1, 32000, 2048, 999)]
 # sample_row (the cluster kernel, knob 999) phases: t1..t8 - t0
 ROW_NAMES = ["loaded", "sync_a", "selected", "listed", "sync_b", "gathered", "sorted", "finished"]
 PROF_NAMES = ["tma_issued", "head_tail", "first_stage", "loop_done", "local_topk", "joint", "merged", "sorted",
@@ -93,28 +93,26 @@ def identity_checks(log, knobs=(1001, 1002, 1003, 1008, 1, 4, 8)):
 def _op_call(op, x, seed, offset, out=None, p=0.9, m=0.1):
     from fib_runtime.kernels import sampling as S
 
-    if op == "top_p":
-        return S.top_p_sampling_from_probs(x, p, seed=seed, offset=offset, out=out)
-    if op == "top_p_rows":  # per-row top_p in [0.5, 1), as fib bench draws it
-        return S.top_p_sampling_from_probs(x, _rows_p(x), seed=seed, offset=offset, out=out)
+    if op in ("top_p", "top_p_rows"):
+        return S.top_p_sampling_from_probs(x, _op_p(op, x, p), seed=seed, offset=offset, out=out)
     if op == "min_p":
         return S.min_p_sampling_from_probs(x, m, seed=seed, offset=offset, out=out)
     return S.sampling_from_probs(x, seed=seed, offset=offset, out=out)
 
 
-def _rows_p(x):
+def _op_p(op, x, p):
+    """top_p of an op: the scalar p, or for top_p_rows one value per row in [0.5, 1), as fib bench
+    draws them (a row whose rejection rounds all fail holds up the launch)."""
     import torch
 
-    return torch.linspace(0.5, 0.999, x.shape[0], device=x.device)
+    return torch.linspace(0.5, 0.999, x.shape[0], device=x.device) if op == "top_p_rows" else p
 
 
 def _fi_op(op, x, p, m):
     from sampling import FI  # noqa: E402
 
-    if op == "top_p":
-        return FI.fis.top_p_sampling_from_probs(x, p, seed=1234, offset=0)
-    if op == "top_p_rows":
-        return FI.fis.top_p_sampling_from_probs(x, _rows_p(x), seed=1234, offset=0)
+    if op in ("top_p", "top_p_rows"):
+        return FI.fis.top_p_sampling_from_probs(x, _op_p(op, x, p), seed=1234, offset=0)
     if op == "min_p":
         return FI.fis.min_p_sampling_from_probs(x, m, seed=1234, offset=0)
     return FI.fis.sampling_from_probs(x, seed=1234, offset=0)

@@ -31,11 +31,10 @@ Semantics (documented rules; the tests check them):
   the whole row and returns the first that lies in the nucleus (exact: the first accepted of
   independent draws follows the nucleus distribution), or, when all sixteen fall outside
   (probability <= (1-top_p)^16; top_p < 0.25 always), one fresh draw inside the exactly computed
-  nucleus. Pass ``seed``/``offset``
-  as Python ints or as int64 device tensors of 1 or B entries (read on the device: CUDA-graph safe;
-  the caller advances the offset, by 1 per call is enough). Without them a process-wide counter
-  is used (seed from ``torch.initial_seed()``, offset incremented per call): fine eagerly, frozen
-  inside a CUDA graph.
+  nucleus. Pass ``seed``/``offset`` as Python ints or as int64 device tensors of 1 or B entries
+  (read on the device: CUDA-graph safe; the caller advances the offset, by 1 per call is enough).
+  Without them a process-wide counter is used (seed from ``torch.initial_seed()``, offset
+  incremented per call): fine eagerly, frozen inside a CUDA graph.
 """
 from __future__ import annotations
 
