@@ -120,7 +120,8 @@ def _fi_op(op, x, p, m):
 
 def op_identity_checks(log):
     """Single filters: the same token under every cluster size whose rows are resident (and, for
-    plain sampling and min-p, also the streamed S=1 row at V=128256: the old warp walk)."""
+    plain sampling and min-p, also the streamed S=1 and S=2 rows at V=128256, keys read from
+    global memory)."""
     import torch
 
     dev = "cuda"
@@ -333,6 +334,7 @@ def main():
     _table(allres, names, ["B", "V", "k", "knob"], POINTS, "timing", "cake_us", "cake")
     if args.ops:
         _table(allres, names, ["op", "B", "V"], OPS, "ops", "fi_us", "FI regular")
+
 
 if __name__ == "__main__":
     main()

@@ -335,13 +335,13 @@ int64_t sample(TensorView input, Optional<TensorView> out_idx, Optional<TensorVi
   if (cur != dev) check_cuda(cudaSetDevice(dev), "cudaSetDevice");
   const DevInfo& d = dev_info(dev);
   // (temperature <= 0 turns a row into greedy = top-k 1, which needs the histogram space too)
-  const bool needs_hist = p.has_topk || p.has_topp || (p.is_logits && (p.temp_arr || !(p.temp_val > 0.0f)));
+  const bool greedy_possible = p.is_logits && (p.temp_arr || !(p.temp_val > 0.0f));
+  const bool needs_hist = p.has_topk || p.has_topp || greedy_possible;
   const int forced = cluster > 0 && cluster <= fs::kMaxCluster ? static_cast<int>(cluster) : 0;
   Config c = choose_config(d, B, V, dt, forced, needs_hist, p.mode == fs::kSample && p.has_topk);
   // top-p alone: rejection needs no histograms, so the slices are laid out as for plain sampling
   // (smaller, 2 CTAs per SM at large B); rows that need the exact radix path then read their keys
   // from global memory and put the histograms where the resident keys were (>= kHistBytes).
-  const bool greedy_possible = p.is_logits && (p.temp_arr || !(p.temp_val > 0.0f));
   if (p.mode == fs::kSample && p.has_topp && !p.has_topk && !p.has_minp && !greedy_possible) {
     Config c2 = choose_config(d, B, V, dt, forced, false, false);
     if (c2.resident) {

@@ -425,8 +425,8 @@ def test_same_seed_offset_same_tokens():
 
 def test_single_filters_same_tokens_any_geometry():
     """Plain sampling and min-p give the same token whether the slice is streamed (S = 1, 2 at
-    V=128256: the warp walk) or resident (S = 4, 8: the per-thread-span draw); top-p alone gives
-    the same token under every resident geometry (4 and 8 CTAs; 1..8 at V=32000)."""
+    V=128256: keys read from global memory) or resident (S = 4, 8); top-p alone gives the same
+    token under every resident geometry (4 and 8 CTAs; 1..8 at V=32000)."""
     gen = torch.Generator(device=DEV).manual_seed(21)
     old = S._CLUSTER
     try:
