@@ -2,9 +2,12 @@
 
 One kernel launch per call, no host-device sync, no allocation besides the output (pass ``out=``
 to avoid that too), launched on the caller's current CUDA stream (apache-tvm-ffi hands the library
-torch's current stream). Which kernel runs (resident-row cluster kernel, streaming kernel, or the
-one-pass filter kernel for large top-k sampling batches on sm_90) is decided per call from B, V
-and the dtype; every kernel gives the same tokens for the same inputs (docs/kernels.md).
+torch's current stream). Which kernel runs (resident-row cluster kernel, streaming kernel, the
+one-pass filter kernel for large top-k sampling batches on sm_90, or the split-row kernel for
+small top-k sampling batches before sm_90) is decided per call from B, V and the dtype; every
+kernel gives the same tokens for the same inputs (docs/kernels.md). The split-row kernel keeps a
+workspace per device and stream (a few MB, allocated once and grown with the batch, also during
+graph capture; never freed while graphs may point at it).
 
 Semantics (documented rules; the tests check them):
 - ``probs`` are float32 ``[B, V]``; ``logits`` float32, bfloat16 or float16 ``[B, V]``; rows must be
@@ -68,7 +71,8 @@ __all__ = [
 _SAMPLE, _RENORM, _MASK = 0, 1, 2
 _EXPLICIT_STREAM = os.environ.get("FIB_SAMPLING_EXPLICIT_STREAM", "0") == "1"
 # 0 = automatic; 1..8: cluster kernel with N CTAs per row; -1: streaming kernel for top-k sampling;
-# 1000 + S: one-pass filter kernel with S CTAs per row (1000: automatic S)
+# 1000 + S: one-pass filter kernel with S CTAs per row (1000: automatic S); 2000: split-row kernel
+# (chunks of 8192 tokens, one CTA each; the pre-Hopper policy at small batches)
 _CLUSTER = int(os.environ.get("FIB_SAMPLING_CLUSTER", "0") or 0)
 
 
@@ -277,5 +281,5 @@ def _launch_config(B: int, V: int, dtype_code: int = 0, cluster: int = 0, device
     s, chunk, res, smem, sms, major, kind = (
         int(v) for v in str(mod.launch_config(B, V, dtype_code, cluster, device)).split(","))
     return {"cluster": s, "chunk": chunk, "resident": bool(res), "smem": smem, "sms": sms, "cc_major": major,
-            "kernel_for_top_k_sampling": {0: "cluster", 1: "stream", 2: "filter"}.get(kind, str(kind)),
+            "kernel_for_top_k_sampling": {0: "cluster", 1: "stream", 2: "filter", 3: "split"}.get(kind, str(kind)),
             "stream_for_top_k_sampling": kind == 1}

@@ -1,8 +1,10 @@
 // fib-runtime sampling family: tvm-ffi bindings and launch logic.
 // Exported functions (see fib_runtime/kernels/sampling.py for the Python API):
 //   sample(...)            -> int64 the kernel used: S (cluster kernel, S CTAs per row), -1
-//                             (streaming kernel) or 1000 + S (filter kernel); one launch, no host
-//                             sync, no allocation
+//                             (streaming kernel), 1000 + S (filter kernel) or 2000 + C (split
+//                             kernel, C chunks per row); one launch, no host sync; no allocation
+//                             but the split kernel's workspace (per device and stream, grown
+//                             outside graph capture only)
 //   current_stream(t)      -> int64 the stream tvm-ffi hands this library for t's device
 //   launch_config(B, V, dtype_code, cluster, device) -> "S,chunk,resident,smem,sms,major,kind"
 //   prof_read()            -> the filter kernel's phase times (profiling builds only)
@@ -15,9 +17,11 @@
 
 #include <atomic>
 #include <mutex>
+#include <unordered_map>
 #include <string>
 
 #include "fib/sampling/filter.cuh"
+#include "fib/sampling/split.cuh"
 #include "fib/sampling/stream.cuh"
 
 #include <cstdlib>
@@ -32,9 +36,14 @@ struct DevInfo {
   int sms = 0, major = 0, optin = 0;
   int static_smem[3] = {0, 0, 0};
   double filter_min_tokens = 6.0e6;  // FIB_SAMPLING_FILTER_MIN_TOKENS
+  // kernels whose shared memory fits this device: the streaming kernel (96 KB dynamic + its static
+  // share: more than the 99 KB a block may have on sm_86/89) and the split kernel's dynamic size
+  // (kStreamSmem where it fits, for stream_row; kSplitSmem; 0: unavailable)
+  bool stream_ok = true;
+  int split_smem = 0;
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
-constexpr size_t kStreamSmem = 2 * fs::kStreamBuf * sizeof(uint64_t);  // >= the 64 KB the per-row fallback needs
+using fs::kStreamSmem;
 constexpr int kMaxDev = 64;
 DevInfo g_dev[kMaxDev];
 std::atomic<bool> g_ready[kMaxDev];
@@ -58,9 +67,24 @@ void prepare_kernel(DevInfo& d) {
     check_cuda(cudaFuncSetAttribute(fs::sampler_kernel<DT>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
   }
-  check_cuda(cudaFuncSetAttribute(fs::stream_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(kStreamSmem)),
-             "cudaFuncSetAttribute(stream MaxDynamicSharedMemorySize)");
+  check_cuda(cudaFuncGetAttributes(&a, fs::stream_kernel<DT>), "cudaFuncGetAttributes(stream)");
+  if (d.optin >= static_cast<int>(a.sharedSizeBytes + kStreamSmem)) {
+    check_cuda(cudaFuncSetAttribute(fs::stream_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(kStreamSmem)),
+               "cudaFuncSetAttribute(stream MaxDynamicSharedMemorySize)");
+  } else {
+    d.stream_ok = false;
+  }
+  check_cuda(cudaFuncGetAttributes(&a, fs::split_kernel<DT>), "cudaFuncGetAttributes(split)");
+  const int st = static_cast<int>(a.sharedSizeBytes);
+  const int want = d.optin >= st + static_cast<int>(kStreamSmem)         ? static_cast<int>(kStreamSmem)
+                   : d.optin >= st + static_cast<int>(fs::kSplitSmem) ? static_cast<int>(fs::kSplitSmem)
+                                                                         : 0;
+  if (want > 0) {
+    check_cuda(cudaFuncSetAttribute(fs::split_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize, want),
+               "cudaFuncSetAttribute(split MaxDynamicSharedMemorySize)");
+  }
+  d.split_smem = DT == fs::kF32 ? want : (want < d.split_smem ? want : d.split_smem);  // (kF32 prepared first)
   if (d.major >= 9) {
     check_cuda(cudaFuncSetAttribute(fs::filter_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(fs::kFilterSmem)),
@@ -149,11 +173,27 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool n
 // benchmarks: 0 automatic; 1..8 the resident-row cluster kernel with that many CTAs per row; -1 the
 // streaming kernel; 999 the policy before the filter kernel (cluster kernel, streaming from
 // FIB_SAMPLING_STREAM_MIN_B rows); 1000 + S the one-pass filter kernel with S CTAs per row (1000:
-// automatic S).
-enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2 };
-Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster) {
+// automatic S); 2000 the split kernel (split.cuh; the policy before sm_90 at small batches).
+enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2, kSplit = 3 };
+Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, bool allow_split = true) {
   if (p.mode != fs::kSample || !p.has_topk) return kCluster;
-  if (d.major < 9) return kStream;
+  const bool split_ok = allow_split && d.split_smem > 0;
+  if (cluster == 2000 && split_ok) return kSplit;  // forced (any architecture)
+  // sm_86/89: the streaming kernel does not fit; the split kernel (its large-k rows through
+  // sample_row), else the general algorithm in the cluster kernel (S = 1)
+  if (!d.stream_ok) return split_ok ? kSplit : kCluster;
+  // before sm_90 the streaming kernel (one CTA per row) is the only other top-k path: the split
+  // kernel (C CTAs per row) takes the batches whose rows do not fill the GPU when every row is
+  // known to be its own (a scalar top_k <= kSplitMaxK, no greedy row): its other rows run the
+  // streaming kernel's row code in one CTA of a grid not laid out for them, up to 1.5x slower.
+  // Measured on the H200 against the streaming kernel (benchmarks/results/sampling_split_h200.md,
+  // k=50): V=128256 B=1 14.4 vs 59.0 us, B=64 45.4 vs 63.3, B=512 251 vs 158 (k=2048 rows: 1.1-1.5x
+  // the streaming kernel's time); no pre-Hopper GPU here to confirm.
+  if (d.major < 9) {
+    const bool covered = !p.top_k_arr && p.top_k_val > 0 && p.top_k_val <= fs::kSplitMaxK && p.top_k_val < p.V &&
+                         (!p.is_logits || (!p.temp_arr && p.temp_val > 0.0f));
+    return (split_ok && cluster == 0 && covered && 2 * p.B <= d.sms) ? kSplit : kStream;
+  }
   const Kind legacy = p.B >= d.stream_min_b ? kStream : kCluster;
   if (cluster == 999) return legacy;  // the policy before the filter kernel
   if (cluster >= 1000) return kFilter;
@@ -200,6 +240,60 @@ void launch_filter(fs::Params p, int S, cudaStream_t st) {
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   check_cuda(cudaLaunchKernelEx(&cfg, fs::filter_kernel<DT>, p), "cudaLaunchKernelEx(filter)");
+}
+
+// The split kernel's workspace, one per (device, stream): kSplitDoneBytes of per-row counters
+// (zero between calls: every call leaves them at zero), then the rows. Grown on demand, also inside
+// a graph capture (allocation with this thread in relaxed capture mode, zeroed on a private stream
+// before the captured kernel can run); an outgrown buffer is kept, not freed (graphs captured
+// earlier still point at it).
+struct Workspace {
+  unsigned char* ptr = nullptr;
+  size_t bytes = 0;
+};
+std::mutex g_ws_mu;
+std::unordered_map<cudaStream_t, Workspace> g_ws[kMaxDev];
+cudaStream_t g_ws_init[kMaxDev];
+constexpr size_t kWsMaxBytes = size_t(512) << 20;
+
+unsigned char* split_workspace(int dev, cudaStream_t st, size_t need) {
+  need += fs::kSplitDoneBytes;
+  if (need > kWsMaxBytes) return nullptr;
+  std::lock_guard<std::mutex> lk(g_ws_mu);
+  Workspace& w = g_ws[dev][st];
+  if (w.bytes >= need) return w.ptr;
+  size_t bytes = size_t(4) << 20;
+  while (bytes < need) bytes <<= 1;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  void* ptr = nullptr;
+  bool ok = (g_ws_init[dev] || cudaStreamCreateWithFlags(&g_ws_init[dev], cudaStreamNonBlocking) == cudaSuccess) &&
+            cudaMalloc(&ptr, bytes) == cudaSuccess;
+  ok = ok && cudaMemsetAsync(ptr, 0, bytes, g_ws_init[dev]) == cudaSuccess &&
+       cudaStreamSynchronize(g_ws_init[dev]) == cudaSuccess;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  if (!ok) {
+    if (ptr) cudaFree(ptr);
+    cudaGetLastError();
+    return nullptr;
+  }
+  w.ptr = static_cast<unsigned char*>(ptr);
+  w.bytes = bytes;
+  return w.ptr;
+}
+
+int split_chunks(int V, int dt) {
+  const int chunk = dt == fs::kF32 ? fs::split_chunk<fs::kF32>() : fs::split_chunk<fs::kBF16>();
+  return (V + chunk - 1) / chunk;
+}
+
+template <int DT>
+void launch_split(fs::Params p, const DevInfo& d, cudaStream_t st) {
+  p.resident = 0;
+  p.hist_bytes = kHistBytes;  // rows the split kernel does not cover run sample_row from global memory
+  p.split_stream_rows = d.split_smem >= static_cast<int>(kStreamSmem) ? 1 : 0;
+  fs::split_kernel<DT><<<dim3(p.split_C, p.B, 1), fs::kThreads, static_cast<size_t>(d.split_smem), st>>>(p);
+  check_cuda(cudaGetLastError(), "split kernel launch");
 }
 
 template <int DT>
@@ -354,9 +448,27 @@ int64_t sample(TensorView input, Optional<TensorView> out_idx, Optional<TensorVi
   p.hist_bytes = c.hist_bytes;
   cudaStream_t st = stream >= 0 ? reinterpret_cast<cudaStream_t>(stream)
                                 : static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, dev));
-  const Kind kind = kernel_kind(d, p, static_cast<int>(cluster));
+  Kind kind = kernel_kind(d, p, static_cast<int>(cluster));
+  if (kind == kSplit) {
+    p.split_C = split_chunks(V, dt);
+    p.ws_row_bytes = static_cast<int>(fs::split_row_bytes(p.split_C));
+    p.ws = p.split_C <= fs::kSplitMaxC
+               ? split_workspace(dev, st, static_cast<size_t>(B) * static_cast<size_t>(p.ws_row_bytes))
+               : nullptr;
+    if (!p.ws) {  // (no workspace: the policy without the split kernel)
+      cluster = 0;
+      kind = kernel_kind(d, p, 0, false);
+    }
+  }
   int64_t used = kind == kStream ? -1 : c.S;
-  if (kind == kFilter) {
+  if (kind == kSplit) {
+    used = 2000 + p.split_C;
+    switch (dt) {
+      case fs::kF32: launch_split<fs::kF32>(p, d, st); break;
+      case fs::kBF16: launch_split<fs::kBF16>(p, d, st); break;
+      default: launch_split<fs::kF16>(p, d, st); break;
+    }
+  } else if (kind == kFilter) {
     const int S = filter_cluster(d, B, V, static_cast<int>(cluster));
     used = 1000 + S;
     switch (dt) {
@@ -392,7 +504,12 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
   q.V = static_cast<int>(V);
   q.elem16 = dt != fs::kF32 ? 1 : 0;
   const Kind kind = kernel_kind(d, q, static_cast<int>(cluster));
-  if (kind == kFilter) {
+  if (kind == kSplit) {
+    c.S = split_chunks(static_cast<int>(V), static_cast<int>(dt));
+    c.chunk = dt == fs::kF32 ? fs::split_chunk<fs::kF32>() : fs::split_chunk<fs::kBF16>();
+    c.resident = 0;
+    c.smem = static_cast<size_t>(d.split_smem);
+  } else if (kind == kFilter) {
     c.S = filter_cluster(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(cluster));
     c.chunk = ((static_cast<int>(V) + c.S - 1) / c.S + 7) & ~7;
     c.resident = 0;

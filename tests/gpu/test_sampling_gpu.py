@@ -162,12 +162,13 @@ def _api(name, src):
 @pytest.fixture
 def force_path(request):
     old = S._CLUSTER
-    S._CLUSTER = {"auto": 0, "cluster4": 4, "stream": -1, "filter1": 1001, "filter3": 1003}[request.param]
+    S._CLUSTER = {"auto": 0, "cluster4": 4, "stream": -1, "filter1": 1001, "filter3": 1003,
+                  "split": 2000}[request.param]
     yield request.param
     S._CLUSTER = old
 
 
-@pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter1", "filter3"], indirect=True)
+@pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter1", "filter3", "split"], indirect=True)
 @pytest.mark.parametrize("V", [111, 1000])
 @pytest.mark.parametrize("kind", ["peaked", "flat"])
 @pytest.mark.parametrize("src", ["probs", "logits"])
@@ -176,7 +177,7 @@ def test_distribution(case, src, kind, V, force_path):
     """auto: B=4096 rows of V <= 1000 take the streaming kernel for top-k (below the filter kernel's
     token threshold), the cluster kernel otherwise; cluster4: the resident-row cluster kernel (4
     CTAs per row); stream: the streaming kernel; filter1 / filter3: the one-pass filter kernel with
-    1 / 3 CTAs per row (sm_90)."""
+    1 / 3 CTAs per row (sm_90); split: the split-row kernel (chunks of 8192 tokens, k <= 128)."""
     name, refkw, api, apikw = case
     if force_path != "auto" and "k" not in refkw:
         pytest.skip("same kernel as auto")
@@ -207,7 +208,7 @@ def test_distribution_half_logits(dtype, temperature, V):
     assert_distribution(counts, q, n, f"half {dtype} T={temperature}")
 
 
-@pytest.mark.parametrize("force_path", ["auto", "cluster4", "filter3"], indirect=True)
+@pytest.mark.parametrize("force_path", ["auto", "cluster4", "filter3", "split"], indirect=True)
 @pytest.mark.parametrize("V,k,p,kind", [
     (128256, 50, 0.9, "peaked"),
     (151936, 2048, 0.95, "flat"),
@@ -301,7 +302,7 @@ def test_support_odd_sizes(B, V):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("cl", [0, 1001, 1003, 1008])
+@pytest.mark.parametrize("cl", [0, 1001, 1003, 1008, 2000])
 def test_strided_rows_same_tokens(dtype, cl):
     """Rows with a padded stride (and odd alignment) give the same tokens as a contiguous copy, for
     every filter-kernel geometry; adversarial order (ascending rows) forces repeated compactions."""
@@ -363,6 +364,56 @@ def test_one_hot_zeros_and_degenerate():
     assert bool((S.sampling_from_logits(x, temperature=0.0, seed=3, offset=0) == 100).all())
 
 
+def test_split_kernel_ties_zeros_and_adversarial():
+    """The split-row kernel (knob 2000) on the inputs that leave its common path: rows of zeros and
+    one-hot rows (the tie cut at the threshold), constant rows (ties broken by the lower index),
+    chunks whose lanes 0..3 of every warp hold large values (more than kSplitCap - k distinct
+    values above the threshold: the exact select on the chunk), NaN / inf; every token equals the
+    streaming kernel's for the same seed and offset and lies in the top-k."""
+    old = S._CLUSTER
+    try:
+        V, B = 40000, 8
+        gen = torch.Generator(device=DEV).manual_seed(17)
+        x = torch.randn(B, V, generator=gen, device=DEV)
+        x[0] = 0.0
+        x[0, 31000] = 1.0  # one-hot (zeros elsewhere)
+        x[1] = 0.0
+        x[1, [5, 9000, 39999]] = torch.tensor([0.2, 0.3, 0.5], device=DEV)
+        x[2] = 0.25  # constant: the first k indices
+        idx = torch.arange(8192, device=DEV)
+        lane_lt4 = ((idx // 4) % 512 % 32) < 4  # fp32 chunk layout: token (v*512 + tid)*4 + e
+        for c in range(4):
+            seg = x[3, c * 8192:(c + 1) * 8192]
+            seg[lane_lt4] = 100.0 + torch.rand(int(lane_lt4.sum()), generator=gen, device=DEV)
+        x[4, 77] = float("nan")
+        x[5, 123] = float("inf")
+        x[5, 4567] = float("inf")
+        x[6] = x[6].sort().values  # ascending
+        sm = torch.softmax(torch.nan_to_num(x, nan=0.0, posinf=30.0), -1)
+        probs = torch.where(torch.arange(B, device=DEV)[:, None] < 3, x.clamp_min(0), sm)
+        probs[4, 77] = float("nan")
+        probs[5, [123, 4567]] = float("inf")
+        for src, inp in (("probs", probs), ("logits", x)):
+            fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
+            for k, p in ((50, 0.9), (1, 1.0), (128, 0.5), (7, 1.0)):
+                for order in ("top_k_first", "joint"):
+                    S._CLUSTER = 2000
+                    a = fn(inp, k, p, seed=3, offset=k, filter_apply_order=order)
+                    S._CLUSTER = -1
+                    b = fn(inp, k, p, seed=3, offset=k, filter_apply_order=order)
+                    assert torch.equal(a, b), (src, k, p, order, a.tolist(), b.tolist())
+                    if src == "probs":
+                        assert int(a[0]) == 31000 and int(a[1]) in (5, 9000, 39999), a.tolist()
+                        assert int(a[2]) < k, a.tolist()
+                        assert int(a[4]) != 77
+                    xf = torch.nan_to_num(inp.float(), nan=-float("inf"))
+                    larger = (xf > xf.gather(1, a[:, None])).sum(1)
+                    assert bool((larger < k).all()), (src, k, larger.tolist())
+                    assert int(a[5]) in (123, 4567), a.tolist()
+    finally:
+        S._CLUSTER = old
+
+
 def test_top_k_ties_lower_index():
     V = 4096
     x = torch.randn(6, V, device=DEV).to(torch.bfloat16).float()  # many exact ties
@@ -414,7 +465,7 @@ def test_same_seed_offset_same_tokens():
     assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=st, offset=ot))
     old = S._CLUSTER
     try:
-        for cl in (-1, 1, 2, 5, 8, 1000, 1001, 1003, 1008):
+        for cl in (-1, 1, 2, 5, 8, 1000, 1001, 1003, 1008, 2000):
             S._CLUSTER = cl
             assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=42, offset=7)), cl
     finally:

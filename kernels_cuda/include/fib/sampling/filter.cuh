@@ -244,6 +244,28 @@ __device__ int compact_ge(uint64_t* buf, int n, uint64_t t, int* s_new) {
   return *s_new;
 }
 
+// The tail after an exact top-k: G[0..nc0) = the row's top-k composites sorted descending; min-p,
+// top-p (top_k_first on the kept mass, or joint against the whole row's (cm, cs) partial), one
+// Philox draw (finish_sorted). Shared by the filter and split kernels: the same token.
+__device__ __forceinline__ void finish_topk(const Params& p, const uint64_t* G, int nc0, int row, bool logits,
+                                            float T, float scale, bool use_m, float mp, bool use_p, float tp,
+                                            bool joint, float cm, double cs, uint64_t* s_scratch,
+                                            uint64_t* s_tot) {
+  const float mval = key2f(static_cast<uint32_t>(G[0] >> 32));
+  const WeightCtx wc = make_weight_ctx(mval, logits, scale);
+  const int nc = (use_m && wc.kind != 3) ? min_p_keep(G, nc0, wc, logits, T, mp) : nc0;
+  uint64_t joint_base = 0;
+  if (joint) {
+    double tot = 0.0;
+    if (wc.kind == 0) tot = (cm == -INFINITY) ? 0.0 : cs * exp2(static_cast<double>(cm - mval) * scale);
+    else if (wc.kind == 1) tot = cs / static_cast<double>(mval);
+    joint_base = static_cast<uint64_t>(tot * static_cast<double>(kFixScale));
+    if (joint_base == 0) joint_base = 1;
+  }
+  const bool use_p2 = use_p && wc.kind != 3 && (!joint || wc.kind <= 1);
+  finish_sorted(p, G, nc, wc, use_p2, tp, joint_base, joint, row, s_scratch, s_tot);
+}
+
 template <int DT>
 __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char dsm[];
@@ -655,19 +677,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   bitonic_sort_desc(G, P);
   nc0 = min(nc0, k);
   FIB_PROF(8);
-  const float mval = key2f(static_cast<uint32_t>(G[0] >> 32));
-  const WeightCtx wc = make_weight_ctx(mval, logits, scale);
-  const int nc = (use_m && wc.kind != 3) ? min_p_keep(G, nc0, wc, logits, T, mp) : nc0;
-  uint64_t joint_base = 0;
-  if (joint) {
-    double tot = 0.0;
-    if (wc.kind == 0) tot = (cm == -INFINITY) ? 0.0 : cs * exp2(static_cast<double>(cm - mval) * scale);
-    else if (wc.kind == 1) tot = cs / static_cast<double>(mval);
-    joint_base = static_cast<uint64_t>(tot * static_cast<double>(kFixScale));
-    if (joint_base == 0) joint_base = 1;
-  }
-  const bool use_p2 = use_p && wc.kind != 3 && (!joint || wc.kind <= 1);
-  finish_sorted(p, G, nc, wc, use_p2, tp, joint_base, joint, row, s_scratch, &s_tot);
+  finish_topk(p, G, nc0, row, logits, T, scale, use_m, mp, use_p, tp, joint, cm, cs, s_scratch, &s_tot);
   FIB_PROF(9);
   if (S > 1 && !push) cl_wait();  // (remote mode: the other CTAs wait for rank 0's reads)
 #else

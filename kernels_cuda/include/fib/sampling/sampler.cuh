@@ -55,6 +55,12 @@ struct Params {
   const int64_t* offset_arr;
   int64_t seed_val, offset_val;
   int seed_per_row, offset_per_row;
+  // split kernel only: per-row workspace (zeroed once at allocation, left zeroed by every call),
+  // chunks per row, bytes per row
+  unsigned char* ws;
+  int split_C, ws_row_bytes;
+  int split_stream_rows;  // the launch has kStreamSmem of dynamic shared memory: rows with k > kSplitMaxK
+                          // run stream_row (else sample_row)
 };
 
 // Row `row`'s top-k parameter (0 when there is none; int64 values clamped to [0, 2^31-1]).

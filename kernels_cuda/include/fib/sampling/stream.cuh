@@ -21,6 +21,7 @@ constexpr int kTile = kThreads * 4;     // 2048 tokens per tile
 constexpr int kStreamBuf = 3 * kTile;   // 6144 candidates
 constexpr int kStreamTrigger = kStreamBuf - kTile;
 constexpr int kPrefetch = 4;            // tiles in flight per thread
+constexpr size_t kStreamSmem = 2 * kStreamBuf * sizeof(uint64_t);  // 96 KB (>= the 64 KB sample_row needs)
 
 // Exact k-th largest (as a lower bound prefix tau with #{a >= tau} == k) of n unique u64 values.
 __device__ __forceinline__ uint64_t select_kth_u64(const uint64_t* a, int n, int k, uint32_t* hist,
@@ -72,10 +73,10 @@ __device__ __forceinline__ uint64_t select_kth_u64(const uint64_t* a, int n, int
   return prefix;
 }
 
+// One row (one CTA; dsm: kStreamSmem bytes). The streaming kernel runs it for every row; the
+// split kernel for the rows it does not cover itself (k > kSplitMaxK), where kStreamSmem fits.
 template <int DT>
-__global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
-  extern __shared__ __align__(16) unsigned char dsm[];
-  const int row = blockIdx.x;
+__device__ __forceinline__ void stream_row(const Params& p, unsigned char* dsm, const int row) {
   const int V = p.V;
   const bool logits = p.is_logits != 0;
   int k = row_top_k(p, row);
@@ -241,6 +242,12 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
   }
   finish_sorted(p, buf, nc, wc, use_p && wc.kind != 3 && (!joint || wc.kind <= 1), tp, joint_base, joint, row,
                 s_scratch, &s_tot);
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
+  extern __shared__ __align__(16) unsigned char dsm[];
+  stream_row<DT>(p, dsm, blockIdx.x);
 }
 
 }  // namespace sampling
