@@ -3,8 +3,8 @@
 //   sample(...)            -> int64 the kernel used: S (cluster kernel, S CTAs per row), -1
 //                             (streaming kernel), 1000 + S (filter kernel) or 2000 + C (split
 //                             kernel, C chunks per row); one launch, no host sync; no allocation
-//                             but the split kernel's workspace (per device and stream, grown
-//                             outside graph capture only)
+//                             but the split kernel's workspace (per device and stream, grown on
+//                             demand, also during graph capture)
 //   current_stream(t)      -> int64 the stream tvm-ffi hands this library for t's device
 //   launch_config(B, V, dtype_code, cluster, device) -> "S,chunk,resident,smem,sms,major,kind"
 //   prof_read()            -> the filter kernel's phase times (profiling builds only)
@@ -245,8 +245,10 @@ void launch_filter(fs::Params p, int S, cudaStream_t st) {
 // The split kernel's workspace, one per (device, stream): kSplitDoneBytes of per-row counters
 // (zero between calls: every call leaves them at zero), then the rows. Grown on demand, also inside
 // a graph capture (allocation with this thread in relaxed capture mode, zeroed on a private stream
-// before the captured kernel can run); an outgrown buffer is kept, not freed (graphs captured
-// earlier still point at it).
+// before the captured kernel can run); an outgrown buffer stays allocated (graphs captured
+// earlier still point at it). Graphs captured on one stream share its workspace: replaying two
+// of them concurrently on different streams is not supported (sampling is not graph-captured by
+// vLLM or SGLang today).
 struct Workspace {
   unsigned char* ptr = nullptr;
   size_t bytes = 0;

@@ -9,13 +9,13 @@
 //     keys. A warp sorts its 32 lane maxima (shuffles); w_j = its j-th largest, j = ceil(k/16).
 //     T = the ceil(k/j)-th largest of the 16 w_j: ceil(k/j) warps hold j distinct tokens >= T
 //     each, so at least k tokens of the chunk are >= T, and the chunk's top-k (hence its share
-//     of the row's top-k) is among the tokens >= T: ~70 of 8192 on random rows.
+//     of the row's top-k) is among the tokens >= T: ~90 of 8192 on random rows.
 //  2. The chunk writes those candidates (composites key << 32 | ~index, the documented tie rule:
 //     value descending, lower index first) to its slot of a per-row workspace, at most
 //     kSplitCap. Ties at T beyond that (rows of equal values or zeros) are cut to the first k by
 //     index; a chunk with more than kSplitCap - k distinct values above T (adversarial layouts
-//     only) runs an exact select on its registers first.
-//  3. The last CTA of the row to finish (fence + atomic counter) keeps the candidates whose key
+//     only) first runs an exact select on the chunk (read again, from L2).
+//  3. The last CTA of the row to finish (a release/acquire counter) keeps the candidates whose key
 //     is >= max_c T_c (every T_c is a lower bound of the row's k-th value), selects and sorts
 //     the top-k and runs the filter kernel's tail (finish_topk: min-p, top-p in either order,
 //     one Philox draw): the same token as the other kernels. It leaves the counter at zero, so
@@ -23,6 +23,9 @@
 // Rows the kernel does not cover (no top-k, k >= V, k > kSplitMaxK, greedy temperature) run in
 // their chunk-0 CTA what the streaming kernel runs for them (stream_row; sample_row where the
 // launch cannot have kStreamSmem of shared memory, sm_86/89): the same token as the other kernels.
+// Measured on the H200 (benchmarks/results/sampling_split_h200.md): slower than the cluster and
+// filter kernels (the merge chain at small B; ~11 GB/s per SM at B=512), 1.4-4x faster than the
+// streaming kernel at small B: the launch policy uses it only where that is the alternative.
 #pragma once
 #include "fib/sampling/filter.cuh"
 #include "fib/sampling/stream.cuh"
