@@ -6,8 +6,8 @@ torch's current stream). Which kernel runs (resident-row cluster kernel, streami
 one-pass filter kernel for large top-k sampling batches on sm_90, or the split-row kernel for
 small top-k sampling batches before sm_90) is decided per call from B, V and the dtype; every
 kernel gives the same tokens for the same inputs (docs/kernels.md). The split-row kernel keeps a
-workspace per device and stream (a few MB, allocated once and grown with the batch, also during
-graph capture; never freed while graphs may point at it).
+workspace per device and stream (4 MB and up, allocated on first use and grown with the batch,
+also during graph capture; never freed, as captured graphs may point at it).
 
 Semantics (documented rules; the tests check them):
 - ``probs`` are float32 ``[B, V]``; ``logits`` float32, bfloat16 or float16 ``[B, V]``; rows must be
@@ -72,7 +72,7 @@ _SAMPLE, _RENORM, _MASK = 0, 1, 2
 _EXPLICIT_STREAM = os.environ.get("FIB_SAMPLING_EXPLICIT_STREAM", "0") == "1"
 # 0 = automatic; 1..8: cluster kernel with N CTAs per row; -1: streaming kernel for top-k sampling;
 # 1000 + S: one-pass filter kernel with S CTAs per row (1000: automatic S); 2000: split-row kernel
-# (chunks of 8192 tokens, one CTA each; the pre-Hopper policy at small batches)
+# (chunks of 8192 tokens, one CTA each; the pre-Hopper policy at small batches with a scalar top_k <= 128)
 _CLUSTER = int(os.environ.get("FIB_SAMPLING_CLUSTER", "0") or 0)
 
 
