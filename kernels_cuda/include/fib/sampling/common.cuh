@@ -182,14 +182,16 @@ __device__ __forceinline__ uint32_t cl_size() {
 // (nvcc -DFIB_SAMPLING_PROFILE; read with the exported prof_read()).
 #ifdef FIB_SAMPLING_PROFILE
 __device__ unsigned long long g_fib_prof[24];
-#define FIB_PROF(i)                                                      \
+// thread 0 of the CTAs where `cond` holds records slot i
+#define FIB_PROF_WHEN(cond, i)                                           \
   do {                                                                   \
-    if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) {         \
+    if (threadIdx.x == 0 && (cond)) {                                    \
       unsigned long long t_;                                             \
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));             \
       g_fib_prof[i] = t_;                                                \
     }                                                                    \
   } while (0)
+#define FIB_PROF(i) FIB_PROF_WHEN(blockIdx.y == 0 && cl_rank() == 0, i)
 #define FIB_PROF_ADD(i, v) \
   do { if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) g_fib_prof[i] += (v); } while (0)
 #define FIB_PROF_IF(cond, i) \
@@ -204,6 +206,9 @@ __device__ unsigned long long g_fib_prof[24];
     }                                                                    \
   } while (0)
 #else
+#define FIB_PROF_WHEN(cond, i) \
+  do {                         \
+  } while (0)
 #define FIB_PROF_ROW(i) \
   do {                  \
   } while (0)

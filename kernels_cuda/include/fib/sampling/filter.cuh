@@ -213,6 +213,28 @@ __device__ __forceinline__ double combine_partials(const float* m, const double*
   return cs;
 }
 
+// One warp's joint partial from its lanes' (jm, js) (logits: a max and a sum of exp2((x - jm) *
+// scale); probs: jm unused, a plain sum) into s_jm[warp] / s_js[warp] (lane 0 writes); all lanes.
+__device__ __forceinline__ void warp_joint_partial(float jm, float js, bool logits, float scale, float* s_jm,
+                                                   double* s_js) {
+  float m = jm;
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+  double c = 0.0;
+  if (logits) {
+    if (jm != -INFINITY && m != INFINITY) c = static_cast<double>(js) * exp2(static_cast<double>(jm - m) * scale);
+    else if (m == INFINITY && jm == INFINITY) c = static_cast<double>(js);
+  } else {
+    c = static_cast<double>(js);
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) c += __shfl_xor_sync(0xffffffffu, c, d);
+  if ((threadIdx.x & 31) == 0) {
+    s_jm[threadIdx.x >> 5] = m;
+    s_js[threadIdx.x >> 5] = c;
+  }
+}
+
 // Keeps the entries >= t of buf[0..n) (in place, order not kept); returns the new count.
 __device__ int compact_ge(uint64_t* buf, int n, uint64_t t, int* s_new) {
   const int tid = threadIdx.x, lane = tid & 31;
@@ -285,13 +307,9 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     sample_row<DT>(p, dsm, row, rank, S, p.chunk, false);  // general algorithm over the cluster
     return;
   }
-  float tp = p.has_topp ? (p.top_p_arr ? p.top_p_arr[row] : p.top_p_val) : 1.0f;
-  float mp = p.has_minp ? (p.min_p_arr ? p.min_p_arr[row] : p.min_p_val) : 0.0f;
-  const bool use_p = tp < 1.0f;
-  const bool use_m = mp > 0.0f;
-  mp = fminf(mp, 1.0f);
-  const bool joint = p.joint != 0 && use_p;
-  const float scale = logits ? __fdiv_rn(1.4426950408889634f, T) : 1.0f;
+  const RowFilters rf = row_filters(p, row, logits, T);
+  const float tp = rf.tp, mp = rf.mp, scale = rf.scale;
+  const bool use_p = rf.use_p, use_m = rf.use_m, joint = rf.joint;
 
   constexpr int ESIZE = (DT == kF32) ? 4 : 2;
   constexpr int STAGE_BYTES = kFilterStage * ESIZE;
@@ -568,22 +586,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   }
   FIB_PROF(5);
   if (joint) {  // this CTA's (max, sum): logits relative to its max, probs a plain sum
-    float m = jm;
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
-    double c = 0.0;
-    if (logits) {
-      if (jm != -INFINITY && m != INFINITY) c = static_cast<double>(js) * exp2(static_cast<double>(jm - m) * scale);
-      else if (m == INFINITY && jm == INFINITY) c = static_cast<double>(js);
-    } else {
-      c = static_cast<double>(js);
-    }
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) c += __shfl_xor_sync(0xffffffffu, c, d);
-    if (lane == 0) {
-      s_jm[wid] = m;
-      s_js[wid] = c;
-    }
+    warp_joint_partial(jm, js, logits, scale, s_jm, s_js);
     __syncthreads();
     if (tid == 0) s_cs = combine_partials(s_jm, s_js, kWarps, logits, scale, &s_cm);
   }

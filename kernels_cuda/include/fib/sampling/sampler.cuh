@@ -74,6 +74,25 @@ __device__ __forceinline__ int row_top_k(const Params& p, int row) {
   return reinterpret_cast<const int*>(p.top_k_arr)[row];
 }
 
+// The filters a top-k kernel applies after the top-k (filter, streaming and split kernels): top-p
+// (use_p: tp < 1, NaN none), min-p (use_m: mp > 0, clamped to 1), the joint order, and the logit
+// scale log2(e)/T (T > 0; 1 for probs).
+struct RowFilters {
+  float tp, mp, scale;
+  bool use_p, use_m, joint;
+};
+__device__ __forceinline__ RowFilters row_filters(const Params& p, int row, bool logits, float T) {
+  RowFilters f;
+  f.tp = p.has_topp ? (p.top_p_arr ? p.top_p_arr[row] : p.top_p_val) : 1.0f;
+  const float mp = p.has_minp ? (p.min_p_arr ? p.min_p_arr[row] : p.min_p_val) : 0.0f;
+  f.use_p = f.tp < 1.0f;
+  f.use_m = mp > 0.0f;
+  f.mp = fminf(mp, 1.0f);
+  f.joint = p.joint != 0 && f.use_p;
+  f.scale = logits ? __fdiv_rn(1.4426950408889634f, T) : 1.0f;
+  return f;
+}
+
 constexpr int kHistBufWords = 4 * kBins;           // one histogram buffer: 4 planes of u32
 constexpr int kHistBufBytes = kHistBufWords * 4;  // 32 KB (also holds 2048 u64 candidates)
 // Mass histogram: a u64 weight (< 2^45) is added as four 12-bit limbs into four u32 planes, so

@@ -153,20 +153,7 @@ __device__ __forceinline__ void split_push(uint64_t* G, int* n, int cap, uint64_
 
 // profiling builds: phase times of row 0 (chunk 0: slots 0-3; the merging CTA: 4-8; candidates
 // written by the row in slot 10, kept for the merge in slot 11)
-#ifdef FIB_SAMPLING_PROFILE
-#define SPLIT_PROF(i)                                                         \
-  do {                                                                        \
-    if (blockIdx.y == 0 && threadIdx.x == 0 && (blockIdx.x == 0 || (i) >= 4)) { \
-      unsigned long long t_;                                                  \
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                  \
-      g_fib_prof[i] = t_;                                                     \
-    }                                                                         \
-  } while (0)
-#else
-#define SPLIT_PROF(i) \
-  do {                \
-  } while (0)
-#endif
+#define SPLIT_PROF(i) FIB_PROF_WHEN(blockIdx.y == 0 && (blockIdx.x == 0 || (i) >= 4), i)
 
 template <int DT>
 __global__ void __launch_bounds__(kThreads, 2) split_kernel(const Params p) {
@@ -189,13 +176,9 @@ __global__ void __launch_bounds__(kThreads, 2) split_kernel(const Params p) {
     }
     return;
   }
-  float tp = p.has_topp ? (p.top_p_arr ? p.top_p_arr[row] : p.top_p_val) : 1.0f;
-  float mp = p.has_minp ? (p.min_p_arr ? p.min_p_arr[row] : p.min_p_val) : 0.0f;
-  const bool use_p = tp < 1.0f;
-  const bool use_m = mp > 0.0f;
-  mp = fminf(mp, 1.0f);
-  const bool joint = p.joint != 0 && use_p;
-  const float scale = logits ? __fdiv_rn(1.4426950408889634f, T) : 1.0f;
+  const RowFilters rf = row_filters(p, row, logits, T);
+  const float tp = rf.tp, mp = rf.mp, scale = rf.scale;
+  const bool use_p = rf.use_p, use_m = rf.use_m, joint = rf.joint;
 
   __shared__ uint64_t s_scratch[kWarps];
   __shared__ uint64_t s_tot;
@@ -293,22 +276,7 @@ __global__ void __launch_bounds__(kThreads, 2) split_kernel(const Params p) {
       for (int j = 0; j < EPT; ++j)
         if ((vm >> j) & 1u) js += key2f(key[j]);
     }
-    float m = jm;
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
-    double cc = 0.0;
-    if (logits) {
-      if (jm != -INFINITY && m != INFINITY) cc = static_cast<double>(js) * exp2(static_cast<double>(jm - m) * scale);
-      else if (m == INFINITY && jm == INFINITY) cc = static_cast<double>(js);
-    } else {
-      cc = static_cast<double>(js);
-    }
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) cc += __shfl_xor_sync(0xffffffffu, cc, d);
-    if (lane == 0) {
-      s_jm[wid] = m;
-      s_js[wid] = cc;
-    }
+    warp_joint_partial(jm, js, logits, scale, s_jm, s_js);
   }
   __syncthreads();
   SPLIT_PROF(1);

@@ -85,13 +85,9 @@ __device__ __forceinline__ void stream_row(const Params& p, unsigned char* dsm, 
     sample_row<DT>(p, dsm, row, 0u, 1u, V, false);  // general algorithm, one CTA
     return;
   }
-  float tp = p.has_topp ? (p.top_p_arr ? p.top_p_arr[row] : p.top_p_val) : 1.0f;
-  float mp = p.has_minp ? (p.min_p_arr ? p.min_p_arr[row] : p.min_p_val) : 0.0f;
-  const bool use_p = tp < 1.0f;
-  const bool use_m = mp > 0.0f;
-  mp = fminf(mp, 1.0f);
-  const bool joint = p.joint != 0 && use_p;
-  const float scale = logits ? __fdiv_rn(1.4426950408889634f, T) : 1.0f;
+  const RowFilters rf = row_filters(p, row, logits, T);
+  const float tp = rf.tp, mp = rf.mp, scale = rf.scale;
+  const bool use_p = rf.use_p, use_m = rf.use_m, joint = rf.joint;
 
   uint64_t* bufA = reinterpret_cast<uint64_t*>(dsm);
   uint64_t* bufB = bufA + kStreamBuf;
