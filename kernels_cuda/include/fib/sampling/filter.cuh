@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   __shared__ int s_rcnt[kMaxCluster];  // rank 0, push mode: the sets pushed by the other ranks
   __shared__ float s_rcm[kMaxCluster];
   __shared__ double s_rcs[kMaxCluster];
-  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31;
 
   // slice of the row, its 16-byte aligned body (TMA) and the unaligned head/tail tokens
   const int64_t start = static_cast<int64_t>(rank) * p.chunk;
