@@ -334,7 +334,7 @@ def run_host_cost(log):
     mod = S.load_family("sampling")
     fn = mod.sample
     res["raw tvm-ffi call (no Python wrapper)"] = host_cost(
-        lambda: fn(x, out, None, 0, 1, kt, 0, pt, 1.0, None, 0.0, None, 1.0, 0, st, 0, ot, 0, 0, -1))
+        lambda: fn(x, out, S._SAMPLE | S._LOGITS, kt, pt, None, None, st, ot, 0, -1))
     if FI.ok:
         fis, cake = FI.fis, FI.cake
         res["fi top_k_top_p_sampling_from_logits"] = host_cost(
@@ -353,7 +353,7 @@ def run_host_cost(log):
     enq["ours top_k_top_p_from_probs (scalars 50/0.9, int seed/offset)"] = host_enqueue(
         lambda: S.top_k_top_p_sampling_from_probs(pr, 50, 0.9, seed=1, offset=next(c)))
     enq["raw tvm-ffi call (no Python wrapper)"] = host_enqueue(
-        lambda: fn(x, out, None, 0, 1, kt, 0, pt, 1.0, None, 0.0, None, 1.0, 0, st, 0, ot, 0, 0, -1))
+        lambda: fn(x, out, S._SAMPLE | S._LOGITS, kt, pt, None, None, st, ot, 0, -1))
     enq["tiny_torch_op(x.add_(1))"] = host_enqueue(lambda: x.add_(0))
     if FI.ok:
         enq["fi top_k_top_p_sampling_from_logits"] = host_enqueue(

@@ -203,7 +203,8 @@ def test_philox_reference_matches_known_vector():
 
 
 def test_sampling_wrapper_marshalling(monkeypatch):
-    """The Python layer passes the right scalars/tensors to the library (no GPU: a fake library)."""
+    """The Python layer hands the library its arguments as they are and converts only on refusal
+    (no GPU: a fake library that refuses what the real one refuses)."""
     import torch
 
     S = importlib.import_module("fib_runtime.kernels.sampling")
@@ -211,6 +212,15 @@ def test_sampling_wrapper_marshalling(monkeypatch):
 
     def fake(*args):
         calls.append(args)
+        k = args[3]
+        if isinstance(k, torch.Tensor) and k.dtype not in (torch.int32, torch.int64):
+            raise TypeError("fib sampling: top_k must be int32/int64")
+        if isinstance(args[4], torch.Tensor) and args[4].dtype != torch.float32:
+            raise TypeError("fib sampling: top_p must be float32")
+        if isinstance(k, float):
+            raise TypeError("fib sampling: top_k must be an integer")
+        if args[0].dim() == 2 and args[0].stride(1) != 1:
+            raise ValueError("fib sampling: rows must be contiguous")
         return 1
 
     monkeypatch.setattr(S, "_fn", fake)
@@ -218,32 +228,41 @@ def test_sampling_wrapper_marshalling(monkeypatch):
     k = torch.tensor([1, 2, 3], dtype=torch.int32)
     p = torch.tensor([0.5, 0.9, 1.0])
     out = S.top_k_top_p_sampling_from_logits(x, k, p, temperature=0.7, seed=5, offset=9)
-    assert out.shape == (3,) and out.dtype == torch.int64
+    assert out.shape == (3,) and out.dtype == torch.int64 and len(calls) == 1
+    # (x, out, flags, top_k, top_p, min_p, temperature, seed, offset, cluster, stream)
     a = calls[-1]
-    # (x, out_idx, out_vals, mode, is_logits, k_t, k_v, p_t, p_v, m_t, m_v, t_t, t_v, joint, s_t, s_v, o_t, o_v, cluster, stream)
-    assert a[0] is x and a[1] is out and a[2] is None and a[3] == 0 and a[4] == 1
-    assert a[5] is k and a[7] is p and a[9] is None and a[11] is None and abs(a[12] - 0.7) < 1e-9
-    assert a[13] == 0 and a[14] is None and a[15] == 5 and a[16] is None and a[17] == 9 and a[19] == -1
+    assert a[0] is x and a[1] is out and a[2] == S._SAMPLE | S._LOGITS
+    assert a[3] is k and a[4] is p and a[5] is None and a[6] == 0.7 and a[7] == 5 and a[8] == 9 and a[10] == -1
     S.top_k_top_p_sampling_from_probs(x.softmax(-1), 50, 0.9, filter_apply_order="joint", seed=1, offset=2)
     a = calls[-1]
-    assert a[4] == 0 and a[5] is None and a[6] == 50 and a[7] is None and abs(a[8] - 0.9) < 1e-6 and a[13] == 1
-    # int64 / 0-d tensors and float64 top_p are converted; device seed/offset tensors pass through
+    assert a[2] == S._SAMPLE | S._JOINT and a[3] == 50 and a[4] == 0.9 and a[6] is None
+    # refused arguments (int16 k, float64 p, a float k, strided rows) are converted and sent again
+    n = len(calls)
+    S.top_k_top_p_sampling_from_probs(x.softmax(-1), k.to(torch.int16), p.double(), seed=1, offset=2)
+    assert len(calls) == n + 2 and calls[-1][3].dtype == torch.int32 and calls[-1][4].dtype == torch.float32
+    S.top_k_sampling_from_probs(x.softmax(-1), 4.0, seed=1, offset=2)
+    assert calls[-1][3] == 4 and type(calls[-1][3]) is int
+    xt = torch.randn(10, 3).t()
+    S.sampling_from_logits(xt, seed=1, offset=2)
+    assert calls[-1][0].is_contiguous() and torch.equal(calls[-1][0], xt)
+    # 0-d tensors and device seed/offset tensors pass through untouched
     st = torch.tensor([3], dtype=torch.int64)
-    S.top_p_sampling_from_probs(x.softmax(-1), torch.tensor(0.8, dtype=torch.float64), seed=st, offset=st)
+    p0 = torch.tensor(0.8)
+    S.top_p_sampling_from_probs(x.softmax(-1), p0, seed=st, offset=st)
     a = calls[-1]
-    assert a[7].dtype == torch.float32 and a[7].shape == (1,) and a[14] is st and a[16] is st
+    assert a[4] is p0 and a[7] is st and a[8] is st
     # default RNG: offsets advance per call
     S.sampling_from_probs(x.softmax(-1))
-    o1 = calls[-1][17]
+    o1 = calls[-1][8]
     S.sampling_from_probs(x.softmax(-1))
-    assert calls[-1][17] == o1 + 1
+    assert calls[-1][8] == o1 + 1
     # renorm / mask outputs
     r = S.top_k_renorm_probs(x.softmax(-1), 3)
-    assert r.shape == x.shape and r.dtype == torch.float32 and calls[-1][3] == 1 and calls[-1][2] is r
+    assert r.shape == x.shape and r.dtype == torch.float32 and calls[-1][2] == S._RENORM and calls[-1][1] is r
     m = S.top_k_mask_logits(x.to(torch.bfloat16), 3)
-    assert m.dtype == torch.bfloat16 and calls[-1][3] == 2 and calls[-1][4] == 1
-    # 1-D input
+    assert m.dtype == torch.bfloat16 and calls[-1][2] == S._MASK | S._LOGITS
+    # 1-D input: the library takes it as one row; the token comes back 0-d
     y = S.sampling_from_logits(x[0])
-    assert y.shape == ()
+    assert y.shape == () and calls[-1][0].shape == (10,)
     with pytest.raises(ValueError):
         S.top_k_top_p_sampling_from_probs(x, 1, 0.5, filter_apply_order="bogus")

@@ -68,7 +68,9 @@ __all__ = [
     "top_k_mask_logits",
 ]
 
+# the library's flags word: mode (bits 0-1) | logits input | joint order (kernels_cuda host_args.h)
 _SAMPLE, _RENORM, _MASK = 0, 1, 2
+_LOGITS, _JOINT = 4, 8
 _EXPLICIT_STREAM = os.environ.get("FIB_SAMPLING_EXPLICIT_STREAM", "0") == "1"
 # 0 = automatic; 1..8: cluster kernel with N CTAs per row; -1: streaming kernel for top-k sampling;
 # 1000 + S: one-pass filter kernel with S CTAs per row (1000: automatic S); 2000: split-row kernel
@@ -111,140 +113,118 @@ def _default_seed_offset() -> tuple[int, int]:
 
 _Tensor = torch.Tensor
 _int32, _int64, _float32 = torch.int32, torch.int64, torch.float32
+_contiguous = torch.contiguous_format
 
 
-def _int_arg(v):
-    if v is None:
-        return None, 0
-    if type(v) is _Tensor or isinstance(v, _Tensor):
-        if v.dim() == 0:
-            v = v.reshape(1)
-        if v.dtype is not _int32 and v.dtype is not _int64:
-            v = v.to(_int32)
-        return v, 0
-    return None, int(v)
-
-
-def _float_arg(v, default):
-    if v is None:
-        return None, default
-    if type(v) is _Tensor or isinstance(v, _Tensor):
-        if v.dim() == 0:
-            v = v.reshape(1)
-        if v.dtype is not _float32:
-            v = v.to(_float32)
-        return v, default
-    return None, float(v)
-
-
-def _rng_arg(v):
-    if type(v) is _Tensor or isinstance(v, _Tensor):
-        if v.dim() == 0:
-            v = v.reshape(1)
-        if v.dtype is not _int64:
-            v = v.to(_int64)
-        return v, 0
-    return None, int(v)
-
-
-def _call(x: torch.Tensor, mode: int, is_logits: bool, top_k=None, top_p=None, min_p=None, temperature=None,
-          joint: bool = False, seed=None, offset=None, generator=None, out=None):
+def _call(x: torch.Tensor, flags: int, top_k=None, top_p=None, min_p=None, temperature=None, seed=None,
+          offset=None, generator=None, out=None):
+    """One launch. The arguments go to the library as they are (None, numbers, tensors: it reads and
+    checks them in C++, kernels_cuda/include/fib/sampling/host_args.h); only what it refuses is
+    converted here, and the library is called once more."""
     fn = _fn if _fn is not None else _sample_fn()
-    if x.dim() != 2:
-        if x.dim() == 1:
-            res = _call(x.unsqueeze(0), mode, is_logits, top_k, top_p, min_p, temperature, joint, seed, offset,
-                        generator, None if out is None else out.unsqueeze(0))
-            return res.squeeze(0)
-    elif x.stride(1) != 1:
-        x = x.contiguous()
-    kt, kv = _int_arg(top_k)
-    pt, pv = _float_arg(top_p, 1.0)
-    mt, mv = _float_arg(min_p, 0.0)
-    tt, tv = _float_arg(temperature, 1.0)
     if seed is None or offset is None:
         if generator is not None:
             ds, do = generator.initial_seed(), next(_counter)
         else:
             ds, do = _default_seed_offset()
-        seed = ds if seed is None else seed
-        offset = do if offset is None else offset
-    st, sv = _rng_arg(seed)
-    ot, ov = _rng_arg(offset)
-    if mode == _SAMPLE:
-        if out is None:
-            out = torch.empty(x.shape[0], dtype=_int64, device=x.device)
-        oi, ovals = out, None
-    else:
-        if out is None:
-            out = torch.empty(x.shape, dtype=_float32 if mode == _RENORM else x.dtype, device=x.device)
-        oi, ovals = None, out
+        if seed is None:
+            seed = ds
+        if offset is None:
+            offset = do
+    if out is None:
+        # (torch.empty(x.shape[:-1]) costs ~5 us more than an int size on the host)
+        mode = flags & 3
+        if mode == _SAMPLE:
+            out = torch.empty(len(x) if x.dim() == 2 else (), dtype=_int64, device=x.device)
+        else:
+            out = torch.empty_like(x, dtype=_float32 if mode == _RENORM else x.dtype, memory_format=_contiguous)
     stream = torch.cuda.current_stream(x.device).cuda_stream if _EXPLICIT_STREAM else -1
-    fn(x, oi, ovals, mode, 1 if is_logits else 0, kt, kv, pt, pv, mt, mv, tt, tv, 1 if joint else 0,
-       st, sv, ot, ov, _CLUSTER, stream)
+    try:
+        fn(x, out, flags, top_k, top_p, min_p, temperature, seed, offset, _CLUSTER, stream)
+    except (TypeError, ValueError):
+        # slow path: a strided row, a parameter tensor of another dtype or layout, a numpy or float
+        # scalar where an int belongs; a second refusal is the caller's error and propagates
+        if isinstance(x, _Tensor) and x.dim() >= 1 and x.stride(-1) != 1:
+            x = x.contiguous()
+        fn(x, out, flags, _tensor_or(top_k, int, (_int32, _int64)), _tensor_or(top_p, float, (_float32,)),
+           _tensor_or(min_p, float, (_float32,)), _tensor_or(temperature, float, (_float32,)),
+           _tensor_or(seed, int, (_int64,)), _tensor_or(offset, int, (_int64,)), _CLUSTER, stream)
     return out
 
 
-def _joint(order: str) -> bool:
+def _tensor_or(v, scalar, dtypes):
+    """A per-row parameter as the library takes it: None, a Python int/float, or a contiguous tensor
+    of one of `dtypes` (converted to the first)."""
+    if v is None:
+        return None
+    if isinstance(v, _Tensor):
+        if v.dtype not in dtypes:
+            v = v.to(dtypes[0])
+        return v if v.is_contiguous() else v.contiguous()
+    return scalar(v)
+
+
+def _joint(order: str) -> int:
     if order == "top_k_first":
-        return False
+        return 0
     if order == "joint":
-        return True
+        return _JOINT
     raise ValueError(f"filter_apply_order must be 'top_k_first' or 'joint', not {order!r}")
 
 
 # ---------------------------------------------------------------- from probabilities
 def sampling_from_probs(probs, *, seed=None, offset=None, generator=None, out=None):
     """Draw one token per row from ``probs`` [B, V] (float32, need not be normalised)."""
-    return _call(probs, _SAMPLE, False, seed=seed, offset=offset, generator=generator, out=out)
+    return _call(probs, _SAMPLE, seed=seed, offset=offset, generator=generator, out=out)
 
 
 def top_k_sampling_from_probs(probs, top_k, *, seed=None, offset=None, generator=None, out=None):
-    return _call(probs, _SAMPLE, False, top_k=top_k, seed=seed, offset=offset, generator=generator, out=out)
+    return _call(probs, _SAMPLE, top_k=top_k, seed=seed, offset=offset, generator=generator, out=out)
 
 
 def top_p_sampling_from_probs(probs, top_p, *, seed=None, offset=None, generator=None, out=None):
-    return _call(probs, _SAMPLE, False, top_p=top_p, seed=seed, offset=offset, generator=generator, out=out)
+    return _call(probs, _SAMPLE, top_p=top_p, seed=seed, offset=offset, generator=generator, out=out)
 
 
 def min_p_sampling_from_probs(probs, min_p, *, seed=None, offset=None, generator=None, out=None):
-    return _call(probs, _SAMPLE, False, min_p=min_p, seed=seed, offset=offset, generator=generator, out=out)
+    return _call(probs, _SAMPLE, min_p=min_p, seed=seed, offset=offset, generator=generator, out=out)
 
 
 def top_k_top_p_sampling_from_probs(probs, top_k, top_p, *, filter_apply_order="top_k_first", seed=None,
                                     offset=None, generator=None, out=None):
-    return _call(probs, _SAMPLE, False, top_k=top_k, top_p=top_p, joint=_joint(filter_apply_order), seed=seed,
+    return _call(probs, _SAMPLE | _joint(filter_apply_order), top_k=top_k, top_p=top_p, seed=seed,
                  offset=offset, generator=generator, out=out)
 
 
 # ---------------------------------------------------------------- from logits (no softmax pass)
 def sampling_from_logits(logits, temperature=None, *, seed=None, offset=None, generator=None, out=None):
     """Draw from softmax(logits / temperature) without materialising the probabilities."""
-    return _call(logits, _SAMPLE, True, temperature=temperature, seed=seed, offset=offset, generator=generator,
+    return _call(logits, _SAMPLE | _LOGITS, temperature=temperature, seed=seed, offset=offset, generator=generator,
                  out=out)
 
 
 def top_k_sampling_from_logits(logits, top_k, temperature=None, *, seed=None, offset=None, generator=None,
                                out=None):
-    return _call(logits, _SAMPLE, True, top_k=top_k, temperature=temperature, seed=seed, offset=offset,
+    return _call(logits, _SAMPLE | _LOGITS, top_k=top_k, temperature=temperature, seed=seed, offset=offset,
                  generator=generator, out=out)
 
 
 def top_p_sampling_from_logits(logits, top_p, temperature=None, *, seed=None, offset=None, generator=None,
                                out=None):
-    return _call(logits, _SAMPLE, True, top_p=top_p, temperature=temperature, seed=seed, offset=offset,
+    return _call(logits, _SAMPLE | _LOGITS, top_p=top_p, temperature=temperature, seed=seed, offset=offset,
                  generator=generator, out=out)
 
 
 def min_p_sampling_from_logits(logits, min_p, temperature=None, *, seed=None, offset=None, generator=None,
                                out=None):
-    return _call(logits, _SAMPLE, True, min_p=min_p, temperature=temperature, seed=seed, offset=offset,
+    return _call(logits, _SAMPLE | _LOGITS, min_p=min_p, temperature=temperature, seed=seed, offset=offset,
                  generator=generator, out=out)
 
 
 def top_k_top_p_sampling_from_logits(logits, top_k, top_p, temperature=None, *, filter_apply_order="top_k_first",
                                      seed=None, offset=None, generator=None, out=None):
-    return _call(logits, _SAMPLE, True, top_k=top_k, top_p=top_p, temperature=temperature,
-                 joint=_joint(filter_apply_order), seed=seed, offset=offset, generator=generator, out=out)
+    return _call(logits, _SAMPLE | _LOGITS | _joint(filter_apply_order), top_k=top_k, top_p=top_p,
+                 temperature=temperature, seed=seed, offset=offset, generator=generator, out=out)
 
 
 def top_k_top_p_sampling_from_probs_joint(probs, top_k, top_p, **kw):
@@ -260,17 +240,17 @@ def top_k_top_p_sampling_from_logits_joint(logits, top_k, top_p, temperature=Non
 # ---------------------------------------------------------------- renorm / mask helpers
 def top_k_renorm_probs(probs, top_k, *, out=None):
     """probs with everything outside the top-k set to 0, renormalised (float32)."""
-    return _call(probs, _RENORM, False, top_k=top_k, seed=0, offset=0, out=out)
+    return _call(probs, _RENORM, top_k=top_k, seed=0, offset=0, out=out)
 
 
 def top_p_renorm_probs(probs, top_p, *, out=None):
     """probs restricted to the top-p nucleus, renormalised (float32)."""
-    return _call(probs, _RENORM, False, top_p=top_p, seed=0, offset=0, out=out)
+    return _call(probs, _RENORM, top_p=top_p, seed=0, offset=0, out=out)
 
 
 def top_k_mask_logits(logits, top_k, *, out=None):
     """logits with everything outside the top-k set to -inf (same dtype)."""
-    return _call(logits, _MASK, True, top_k=top_k, seed=0, offset=0, out=out)
+    return _call(logits, _MASK | _LOGITS, top_k=top_k, seed=0, offset=0, out=out)
 
 
 def _launch_config(B: int, V: int, dtype_code: int = 0, cluster: int = 0, device: int = 0) -> dict:

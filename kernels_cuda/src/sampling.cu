@@ -1,10 +1,12 @@
 // fib-runtime sampling family: tvm-ffi bindings and launch logic.
 // Exported functions (see fib_runtime/kernels/sampling.py for the Python API):
-//   sample(...)            -> int64 the kernel used: S (cluster kernel, S CTAs per row), -1
+//   sample(input, out, flags, top_k, top_p, min_p, temperature, seed, offset, cluster, stream)
+//                          -> int64 the kernel used: S (cluster kernel, S CTAs per row), -1
 //                             (streaming kernel), 1000 + S (filter kernel) or 2000 + C (split
 //                             kernel, C chunks per row); one launch, no host sync; no allocation
 //                             but the split kernel's workspace (per device and stream, grown on
 //                             demand, also during graph capture)
+//   describe_args(input, out, flags, top_k, ..., offset) -> the Params sample would use (tests)
 //   current_stream(t)      -> int64 the stream tvm-ffi hands this library for t's device
 //   launch_config(B, V, dtype_code, cluster, device) -> "S,chunk,resident,smem,sms,major,kind"
 //   prof_read()            -> the filter kernel's phase times (profiling builds only)
@@ -21,12 +23,13 @@
 #include <string>
 
 #include "fib/sampling/filter.cuh"
+#include "fib/sampling/host_args.h"
 #include "fib/sampling/split.cuh"
 #include "fib/sampling/stream.cuh"
 
 #include <cstdlib>
 
-using tvm::ffi::Optional;
+using tvm::ffi::AnyView;
 using tvm::ffi::TensorView;
 namespace fs = fib::sampling;
 
@@ -111,13 +114,7 @@ const DevInfo& dev_info(int dev) {
   return g_dev[dev];
 }
 
-int dtype_code(DLDataType t) {
-  if (t.lanes != 1) return -1;
-  if (t.code == kDLFloat && t.bits == 32) return fs::kF32;
-  if (t.code == kDLBfloat && t.bits == 16) return fs::kBF16;
-  if (t.code == kDLFloat && t.bits == 16) return fs::kF16;
-  return -1;
-}
+using fs::host::dtype_code;
 
 struct Config {
   int S, chunk, resident, hist_bytes;
@@ -325,106 +322,19 @@ void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t
   }
 }
 
-void* opt_ptr(const Optional<TensorView>& t) {
-  return t.has_value() ? static_cast<char*>(t.value().data_ptr()) + t.value().byte_offset() : nullptr;
-}
-
-void check_param(const Optional<TensorView>& t, int B, const char* name, bool is_int) {
-  if (!t.has_value()) return;
-  const TensorView& v = t.value();
-  if (v.ndim() != 1 || (v.size(0) != B && v.size(0) != 1) || (v.size(0) > 1 && v.stride(0) != 1)) {
-    TVM_FFI_THROW(ValueError) << "fib sampling: " << name << " must be a contiguous 1-D tensor of size B (" << B
-                              << ") or 1";
-  }
-  DLDataType dt = v.dtype();
-  bool ok = is_int ? (dt.code == kDLInt && (dt.bits == 32 || dt.bits == 64)) : (dt.code == kDLFloat && dt.bits == 32);
-  if (!ok) TVM_FFI_THROW(TypeError) << "fib sampling: " << name << (is_int ? " must be int32/int64" : " must be float32");
-  if (v.device().device_type != kDLCUDA) TVM_FFI_THROW(ValueError) << "fib sampling: " << name << " must be on the GPU";
-}
-
 }  // namespace
 
-// mode: 0 sample -> out_idx (int64 [B]); 1 renormalised probs -> out_vals (float32 [B,V]);
-// 2 masked logits -> out_vals (input dtype [B,V]). Parameter tensors are per row ([B]) or
-// broadcast ([1]); a missing tensor uses the scalar. stream < 0: the stream tvm-ffi provides
-// (the caller framework's current stream); otherwise that cudaStream_t.
-int64_t sample(TensorView input, Optional<TensorView> out_idx, Optional<TensorView> out_vals, int64_t mode,
-               int64_t is_logits, Optional<TensorView> top_k, int64_t top_k_val, Optional<TensorView> top_p,
-               double top_p_val, Optional<TensorView> min_p, double min_p_val, Optional<TensorView> temperature,
-               double temp_val, int64_t joint, Optional<TensorView> seed, int64_t seed_val,
-               Optional<TensorView> offset, int64_t offset_val, int64_t cluster, int64_t stream) {
-  if (input.ndim() != 2) TVM_FFI_THROW(ValueError) << "fib sampling: input must be 2-D [B, V]";
-  if (input.device().device_type != kDLCUDA) TVM_FFI_THROW(ValueError) << "fib sampling: input must be a CUDA tensor";
-  const int dt = dtype_code(input.dtype());
-  if (dt < 0) TVM_FFI_THROW(TypeError) << "fib sampling: input dtype must be float32, bfloat16 or float16";
-  if (!is_logits && dt != fs::kF32) TVM_FFI_THROW(TypeError) << "fib sampling: probs must be float32";
-  const int64_t B64 = input.size(0), V64 = input.size(1);
-  if (B64 == 0) return 0;
-  if (V64 < 1 || V64 > (int64_t(1) << 30)) TVM_FFI_THROW(ValueError) << "fib sampling: bad vocabulary size " << V64;
-  if (B64 > 65535) TVM_FFI_THROW(ValueError) << "fib sampling: at most 65535 rows per call";
-  if (input.stride(1) != 1) TVM_FFI_THROW(ValueError) << "fib sampling: rows must be contiguous (stride(1) == 1)";
-  const int B = static_cast<int>(B64), V = static_cast<int>(V64);
-  const int dev = input.device().device_id;
-
-  fs::Params p = {};
-  p.in = static_cast<const char*>(input.data_ptr()) + input.byte_offset();
-  p.in_stride = input.stride(0);
-  p.B = B;
-  p.V = V;
-  p.is_logits = is_logits ? 1 : 0;
-  p.mode = static_cast<int>(mode);
-  p.joint = joint ? 1 : 0;
-  p.elem16 = dt != fs::kF32 ? 1 : 0;
-  if (mode == fs::kSample) {
-    if (!out_idx.has_value()) TVM_FFI_THROW(ValueError) << "fib sampling: out_idx required";
-    const TensorView& o = out_idx.value();
-    if (o.ndim() != 1 || o.size(0) != B || o.dtype().code != kDLInt || o.dtype().bits != 64 || o.stride(0) != 1)
-      TVM_FFI_THROW(ValueError) << "fib sampling: out_idx must be a contiguous int64 [B] tensor";
-    p.out_idx = reinterpret_cast<int64_t*>(opt_ptr(out_idx));
-  } else if (mode == fs::kRenormProbs || mode == fs::kMaskLogits) {
-    if (!out_vals.has_value()) TVM_FFI_THROW(ValueError) << "fib sampling: out_vals required";
-    const TensorView& o = out_vals.value();
-    const int odt = dtype_code(o.dtype());
-    if (o.ndim() != 2 || o.size(0) != B || o.size(1) != V || o.stride(1) != 1 ||
-        odt != (mode == fs::kRenormProbs ? static_cast<int>(fs::kF32) : dt))
-      TVM_FFI_THROW(ValueError) << "fib sampling: out_vals must be [B, V], rows contiguous, "
-                                << (mode == fs::kRenormProbs ? "float32" : "the input dtype");
-    p.out_vals = opt_ptr(out_vals);
-    p.out_stride = o.stride(0);
-  } else {
-    TVM_FFI_THROW(ValueError) << "fib sampling: bad mode " << mode;
-  }
-  check_param(top_k, B, "top_k", true);
-  check_param(top_p, B, "top_p", false);
-  check_param(min_p, B, "min_p", false);
-  check_param(temperature, B, "temperature", false);
-  check_param(seed, B, "seed", true);
-  check_param(offset, B, "offset", true);
-  auto bcast = [&](const Optional<TensorView>& t) { return t.has_value() && t.value().size(0) == 1 && B > 1; };
-  if (bcast(top_k) || bcast(top_p) || bcast(min_p) || bcast(temperature)) {
-    TVM_FFI_THROW(ValueError) << "fib sampling: top_k/top_p/min_p/temperature tensors must have B entries";
-  }
-  if ((seed.has_value() && seed.value().dtype().bits != 64) || (offset.has_value() && offset.value().dtype().bits != 64))
-    TVM_FFI_THROW(TypeError) << "fib sampling: seed/offset tensors must be int64";
-
-  p.top_k_arr = opt_ptr(top_k);
-  p.top_k_is64 = top_k.has_value() && top_k.value().dtype().bits == 64;
-  p.top_k_val = top_k_val > 0x7fffffff ? 0x7fffffff : static_cast<int>(top_k_val < 0 ? 0 : top_k_val);
-  p.has_topk = top_k.has_value() || (top_k_val > 0 && top_k_val < V);
-  p.top_p_arr = static_cast<const float*>(opt_ptr(top_p));
-  p.top_p_val = static_cast<float>(top_p_val);
-  p.has_topp = top_p.has_value() || top_p_val < 1.0;
-  p.min_p_arr = static_cast<const float*>(opt_ptr(min_p));
-  p.min_p_val = static_cast<float>(min_p_val);
-  p.has_minp = min_p.has_value() || min_p_val > 0.0;
-  p.temp_arr = static_cast<const float*>(opt_ptr(temperature));
-  p.temp_val = static_cast<float>(temp_val);
-  p.seed_arr = static_cast<const int64_t*>(opt_ptr(seed));
-  p.offset_arr = static_cast<const int64_t*>(opt_ptr(offset));
-  p.seed_val = seed_val;
-  p.offset_val = offset_val;
-  p.seed_per_row = seed.has_value() && seed.value().size(0) > 1;
-  p.offset_per_row = offset.has_value() && offset.value().size(0) > 1;
+// flags: the mode (0 sample -> out: int64 [B]; 1 renormalised probs -> out: float32 like the
+// input; 2 masked logits -> out: the input's dtype and shape) | 4 logits input | 8 joint order.
+// top_k, top_p, min_p, temperature: None, a number or a per-row tensor of B entries; seed, offset:
+// an int or an int64 tensor of 1 or B entries (host_args.h). stream < 0: the stream tvm-ffi
+// provides (the caller framework's current stream); otherwise that cudaStream_t.
+int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, AnyView top_p, AnyView min_p,
+               AnyView temperature, AnyView seed, AnyView offset, int64_t cluster, int64_t stream) {
+  fs::host::Call call = fs::host::read_call(input, out, flags, top_k, top_p, min_p, temperature, seed, offset, true);
+  fs::Params& p = call.p;
+  if (p.B == 0) return 0;
+  const int B = p.B, V = p.V, dt = call.dt, dev = call.dev.device_id;
 
   int cur = -1;
   check_cuda(cudaGetDevice(&cur), "cudaGetDevice");
@@ -490,6 +400,14 @@ int64_t sample(TensorView input, Optional<TensorView> out_idx, Optional<TensorVi
   return used;
 }
 
+// The Params `sample` would launch with, as "key=value,..." (no device needed: CPU tensors are
+// accepted, nothing is launched). For the argument tests.
+tvm::ffi::String describe_args(TensorView input, TensorView out, int64_t flags, AnyView top_k, AnyView top_p,
+                               AnyView min_p, AnyView temperature, AnyView seed, AnyView offset) {
+  return tvm::ffi::String(fs::host::describe(
+      fs::host::read_call(input, out, flags, top_k, top_p, min_p, temperature, seed, offset, false)));
+}
+
 int64_t current_stream(TensorView t) {
   return reinterpret_cast<int64_t>(TVMFFIEnvGetStream(t.device().device_type, t.device().device_id));
 }
@@ -544,4 +462,5 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(prof_read, prof_read);
 #endif
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(sample, sample);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(current_stream, current_stream);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(describe_args, describe_args);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(launch_config, launch_config);
