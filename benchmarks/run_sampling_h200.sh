@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call for issue 5 (sampling): install tvm-ffi + FlashInfer from .gpu/, smoke check,
 # GPU tests, benchmark. Everything it writes lands in $OUT. Carry: .gpu fib_runtime/kernels/_bin
-#   STAGES="smoke test bench" (default all), T_TEST / T_BENCH: timeouts, BENCH_ARGS, PYTEST_ARGS
+#   STAGES="smoke test bench probe" (default: smoke test bench; probe: benchmarks/warp_filter_probe.cu), T_TEST / T_BENCH: timeouts, BENCH_ARGS, PYTEST_ARGS
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fib_out}
@@ -53,4 +53,11 @@ if [[ " $STAGES " == *" bench "* ]]; then
   timeout "${T_BENCH:-300}" python3 benchmarks/sampling.py --out "$OUT" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
   echo "bench rc=$?"
   tail -40 "$OUT/bench.log"
+fi
+if [[ " $STAGES " == *" probe "* ]]; then
+  nvcc -O3 -std=c++17 -arch=sm_90a -Xptxas=-v -o /tmp/warp_filter_probe benchmarks/warp_filter_probe.cu \
+    >"$OUT/warp_filter_probe_build.log" 2>&1 &&
+    timeout "${T_PROBE:-240}" /tmp/warp_filter_probe >"$OUT/warp_filter_probe_h200.json" 2>"$OUT/warp_filter_probe.err"
+  echo "probe rc=$?"
+  tail -5 "$OUT/warp_filter_probe_h200.json"
 fi
