@@ -4,8 +4,7 @@
 (cluster kernel / streaming kernel), FlashInfer cake and FlashInfer regular; plus a sweep of the CTAs
 per row. Prints tables and writes sampling_filter_probe.json to --out.
 
-Usage: python benchmarks/sampling_filter_probe.py [--out DIR] [--quick] [--parts identity,timing,sweep,warp,profile]
-(warp: the filter kernel's warp-stream loop, knobs 1100 + S, beside its ring loop and cake, k=50)
+Usage: python benchmarks/sampling_filter_probe.py [--out DIR] [--quick]
 """
 from __future__ import annotations
 
@@ -108,52 +107,6 @@ def sweep(log):
     return rows
 
 
-def warp_streams(args, log):
-    """The filter kernel's warp-stream loop (knobs 1100 + S, k <= 128) beside its ring loop (1000 + S),
-    the policy and FlashInfer cake, k=50, peaked and flat rows; token identity ring vs warp."""
-    FI.load()
-    rows = []
-    seed_t = torch.tensor([1234], dtype=torch.int64, device=DEV)
-    off_t = torch.tensor([0], dtype=torch.int64, device=DEV)
-    Bs = [1, 16, 64, 256, 512] if not args.quick else [1, 64, 512]
-    Vs = [32000, 128256, 151936] if not args.quick else [128256]
-    for kind in ("peaked", "flat"):
-        for V in Vs:
-            for B in Bs:
-                lgs = make_inputs(B, V, kind)
-                prs = [torch.softmax(x, -1) for x in lgs]
-                bfs = [x.to(torch.bfloat16) for x in lgs]
-                kt = torch.full((B,), 50, dtype=torch.int32, device=DEV)
-                pt = torch.full((B,), 0.9, device=DEV)
-                outs = [torch.empty(B, dtype=torch.int64, device=DEV) for _ in range(4)]
-                r = {"kind": kind, "B": B, "V": V, "k": 50, "floor_us": floor_us(B, V)}
-
-                def t(cl, xs, fn):
-                    return with_cluster(cl, lambda: graph_time([
-                        (lambda i=i: fn(xs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
-
-                for cl in (0, 1000, 1100, 1101, 1102, 1104):
-                    r[f"probs_{cl}"] = t(cl, prs, S.top_k_top_p_sampling_from_probs)
-                for cl in (0, 1000, 1100):
-                    r[f"logits_{cl}"] = t(cl, lgs, S.top_k_top_p_sampling_from_logits)
-                    r[f"bf16_{cl}"] = t(cl, bfs, S.top_k_top_p_sampling_from_logits)
-                same = []
-                for xs, fn in ((prs, S.top_k_top_p_sampling_from_probs), (bfs, S.top_k_top_p_sampling_from_logits)):
-                    a = with_cluster(1000, lambda: fn(xs[0], kt, pt, seed=5, offset=1))
-                    b = with_cluster(1100, lambda: fn(xs[0], kt, pt, seed=5, offset=1))
-                    same.append(bool(torch.equal(a, b)))
-                r["identical_ring_warp"] = all(same)
-                if FI.ok:
-                    r["cake_probs"] = graph_time([
-                        (lambda i=i: FI.cake.top_k_top_p_sampling_from_probs(
-                            prs[i], kt, pt, top_k_max=50, philox_seed=1234, philox_offset=0)) for i in range(4)])
-                rows.append(r)
-                log("warp " + " ".join(f"{a}={b:.1f}" if isinstance(b, float) else f"{a}={b}" for a, b in r.items()))
-                del lgs, prs, bfs
-                torch.cuda.empty_cache()
-    return rows
-
-
 def profile(log):
     """Phase times from a -DFIB_SAMPLING_PROFILE build (FIB_KERNELS_DIR pointing at it)."""
     from fib_runtime.kernels import loader
@@ -183,7 +136,7 @@ def main():
 
     for part in args.parts.split(","):
         res[part] = {"identity": identity_checks, "timing": lambda lg: timing(args, lg), "sweep": sweep,
-                     "warp": lambda lg: warp_streams(args, lg), "profile": profile}[part](log)
+                     "profile": profile}[part](log)
         save()
 
 

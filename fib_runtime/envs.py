@@ -135,7 +135,7 @@ _SPECS: Dict[str, _Spec] = {
     "FIB_SAMPLING_CLUSTER": _Spec(_int, 0,
         "Sampling kernel choice (benchmarks): 0 automatic; 1..8 resident-row cluster kernel with that many "
         "CTAs per row; -1 streaming kernel; 999 the policy before the filter kernel; 1000+S filter kernel; "
-        "1100+S the filter kernel's warp-stream loop (an experiment, k <= 128); 2000 split-row kernel."),
+        "2000 split-row kernel."),
     "FIB_SAMPLING_FILTER_MIN_TOKENS": _Spec(_float, 6.0e6,
         "Automatic policy: top-k sampling calls of at least this many fp32 tokens (B*V; 16-bit count half) "
         "and B >= 48 use the one-pass filter kernel on sm_90 (read once per device by the C++ side)."),

@@ -73,8 +73,7 @@ _SAMPLE, _RENORM, _MASK = 0, 1, 2
 _LOGITS, _JOINT = 4, 8
 _EXPLICIT_STREAM = os.environ.get("FIB_SAMPLING_EXPLICIT_STREAM", "0") == "1"
 # 0 = automatic; 1..8: cluster kernel with N CTAs per row; -1: streaming kernel for top-k sampling;
-# 1000 + S: one-pass filter kernel with S CTAs per row (1000: automatic S); 1100 + S: its warp-stream loop
-# (an experiment, rows with k > 128 take the general algorithm); 2000: split-row kernel
+# 1000 + S: one-pass filter kernel with S CTAs per row (1000: automatic S); 2000: split-row kernel
 # (chunks of 8192 tokens, one CTA each; the pre-Hopper policy at small batches with a scalar top_k <= 128)
 _CLUSTER = int(os.environ.get("FIB_SAMPLING_CLUSTER", "0") or 0)
 

@@ -2,11 +2,10 @@
 // Exported functions (see fib_runtime/kernels/sampling.py for the Python API):
 //   sample(input, out, flags, top_k, top_p, min_p, temperature, seed, offset, cluster, stream)
 //                          -> int64 the kernel used: S (cluster kernel, S CTAs per row), -1
-//                             (streaming kernel), 1000 + S / 1100 + S (filter kernel: TMA ring /
-//                             warp streams) or 2000 + C (split kernel, C chunks per row); one
-//                             launch, no host sync; no allocation but the split kernel's
-//                             workspace (per device and stream, grown on demand, also during
-//                             graph capture)
+//                             (streaming kernel), 1000 + S (filter kernel) or 2000 + C (split
+//                             kernel, C chunks per row); one launch, no host sync; no allocation
+//                             but the split kernel's workspace (per device and stream, grown on
+//                             demand, also during graph capture)
 //   describe_args(input, out, flags, top_k, ..., offset) -> the Params sample would use (tests)
 //   current_stream(t)      -> int64 the stream tvm-ffi hands this library for t's device
 //   launch_config(B, V, dtype_code, cluster, device) -> "S,chunk,resident,smem,sms,major,kind"
@@ -93,9 +92,6 @@ void prepare_kernel(DevInfo& d) {
     check_cuda(cudaFuncSetAttribute(fs::filter_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(fs::kFilterSmem)),
                "cudaFuncSetAttribute(filter MaxDynamicSharedMemorySize)");
-    check_cuda(cudaFuncSetAttribute(fs::filter_kernel<DT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(fs::kFilterSmem)),
-               "cudaFuncSetAttribute(filter<1> MaxDynamicSharedMemorySize)");
   }
 }
 
@@ -174,8 +170,7 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool n
 // benchmarks: 0 automatic; 1..8 the resident-row cluster kernel with that many CTAs per row; -1 the
 // streaming kernel; 999 the policy before the filter kernel (cluster kernel, streaming from
 // FIB_SAMPLING_STREAM_MIN_B rows); 1000 + S the one-pass filter kernel with S CTAs per row (1000:
-// automatic S), 1100 + S the same with its warp-stream loop (filter.cuh kWarpCap: an experiment,
-// rows with k > 128 run the general algorithm there); 2000 the split kernel (split.cuh; the policy before sm_90 at small batches).
+// automatic S); 2000 the split kernel (split.cuh; the policy before sm_90 at small batches).
 enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2, kSplit = 3 };
 Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, bool allow_split = true) {
   if (p.mode != fs::kSample || !p.has_topk) return kCluster;
@@ -209,26 +204,21 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, bool allow_
   return (p.B >= 48 && tokens >= d.filter_min_tokens) ? kFilter : legacy;
 }
 
-// the filter kernel's loop: 0 the TMA ring (the policy), 1 warp streams (FIB_SAMPLING_CLUSTER=1100+S)
-int filter_loop(int cluster) { return cluster >= 1100 && cluster < 1200 ? 1 : 0; }
-
-// CTAs per row of the filter kernel: forced (cluster = 1000 + S, or 1100 + S for its warp-stream
-// loop) or automatic, then at most one CTA per 4096 tokens (automatic only) and at most 8
-// (portable cluster size).
+// CTAs per row of the filter kernel: forced (cluster = 1000 + S) or automatic, then at most one
+// CTA per 4096 tokens (automatic only) and at most 8 (portable cluster size).
 int filter_cluster(const DevInfo& d, int B, int V, int cluster) {
   // automatic: 2 CTAs per row below one CTA per SM (B=64, V=128256: S=2 38 us, S=1 47, S=4 54),
   // else 1
-  const int base = filter_loop(cluster) ? 1100 : 1000;
-  int S = cluster > base ? cluster - base : (B < d.sms ? 2 : 1);
+  int S = cluster > 1000 ? cluster - 1000 : (B < d.sms ? 2 : 1);
   const int s_use = (V + 4095) / 4096;
-  if (cluster <= base && S > s_use) S = s_use;
+  if (cluster <= 1000 && S > s_use) S = s_use;
   if (S > fs::kMaxCluster) S = fs::kMaxCluster;
   if (S < 1) S = 1;
   return S;
 }
 
 template <int DT>
-void launch_filter(fs::Params p, int S, int loop, cudaStream_t st) {
+void launch_filter(fs::Params p, int S, cudaStream_t st) {
   int chunk = (p.V + S - 1) / S;
   chunk = (chunk + 7) & ~7;
   p.chunk = chunk;
@@ -246,8 +236,7 @@ void launch_filter(fs::Params p, int S, int loop, cudaStream_t st) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&cfg, loop ? fs::filter_kernel<DT, 1> : fs::filter_kernel<DT, 0>, p),
-             "cudaLaunchKernelEx(filter)");
+  check_cuda(cudaLaunchKernelEx(&cfg, fs::filter_kernel<DT>, p), "cudaLaunchKernelEx(filter)");
 }
 
 // The split kernel's workspace, one per (device, stream): kSplitDoneBytes of per-row counters
@@ -393,12 +382,11 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
     }
   } else if (kind == kFilter) {
     const int S = filter_cluster(d, B, V, static_cast<int>(cluster));
-    const int loop = filter_loop(static_cast<int>(cluster));
-    used = (loop ? 1100 : 1000) + S;
+    used = 1000 + S;
     switch (dt) {
-      case fs::kF32: launch_filter<fs::kF32>(p, S, loop, st); break;
-      case fs::kBF16: launch_filter<fs::kBF16>(p, S, loop, st); break;
-      default: launch_filter<fs::kF16>(p, S, loop, st); break;
+      case fs::kF32: launch_filter<fs::kF32>(p, S, st); break;
+      case fs::kBF16: launch_filter<fs::kBF16>(p, S, st); break;
+      default: launch_filter<fs::kF16>(p, S, st); break;
     }
   } else {
     const bool stream_k = kind == kStream;

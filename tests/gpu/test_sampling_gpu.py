@@ -163,13 +163,12 @@ def _api(name, src):
 def force_path(request):
     old = S._CLUSTER
     S._CLUSTER = {"auto": 0, "cluster4": 4, "stream": -1, "filter1": 1001, "filter3": 1003,
-                  "wfilter1": 1101, "wfilter3": 1103, "split": 2000}[request.param]
+                  "split": 2000}[request.param]
     yield request.param
     S._CLUSTER = old
 
 
-@pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter1", "filter3", "wfilter1", "wfilter3",
-                                        "split"], indirect=True)
+@pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter1", "filter3", "split"], indirect=True)
 @pytest.mark.parametrize("V", [111, 1000])
 @pytest.mark.parametrize("kind", ["peaked", "flat"])
 @pytest.mark.parametrize("src", ["probs", "logits"])
@@ -303,7 +302,7 @@ def test_support_odd_sizes(B, V):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("cl", [0, 1001, 1003, 1008, 1101, 1103, 2000])
+@pytest.mark.parametrize("cl", [0, 1001, 1003, 1008, 2000])
 def test_strided_rows_same_tokens(dtype, cl):
     """Rows with a padded stride (and odd alignment) give the same tokens as a contiguous copy, for
     every filter-kernel geometry; adversarial order (ascending rows) forces repeated compactions."""
@@ -415,58 +414,6 @@ def test_split_kernel_ties_zeros_and_adversarial():
         S._CLUSTER = old
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_filter_warp_streams_same_tokens(dtype):
-    """The filter kernel's warp-stream loop (knobs 1100 + S) gives the ring loop's tokens (knob
-    1000 + S) on inputs that leave its common path: ascending rows (every warp step raises the
-    threshold: repeated warp compactions), descending rows, constant rows (ties by index), one-hot
-    and zero rows, NaN / inf, a padded row stride with rows not 16-byte aligned (head and tail
-    tokens), k from 1 to kWarpMaxK = 128 and above it (those rows take the general algorithm)."""
-    old = S._CLUSTER
-    try:
-        gen = torch.Generator(device=DEV).manual_seed(29)
-        for B, V in ((1, 128256), (37, 50021), (200, 32000)):
-            big = (torch.randn(B, V + 3, generator=gen, device=DEV) * 3)
-            x = big[:, 1:V + 1]
-            x[0] = x[0].sort().values
-            if B > 1:
-                x[1] = x[1].sort(descending=True).values
-                x[2] = 0.5
-                x[3] = -float("inf")
-                x[3, V // 3] = 1.0
-                x[4, 7] = float("nan")
-                x[5, [11, V - 2]] = float("inf")
-            x = x.to(dtype)
-            probs = torch.softmax(torch.nan_to_num(x.float(), nan=-float("inf"), posinf=40.0), -1)
-            if B > 1:
-                probs[3] = 0.0
-                probs[3, V // 3] = 1.0
-            k = torch.tensor([1, 7, 50, 128, 129, 2048], device=DEV, dtype=torch.int32)[
-                torch.randint(0, 6, (B,), generator=gen, device=DEV)]
-            p = torch.rand(B, generator=gen, device=DEV).clamp_min(0.05)
-            for order in ("top_k_first", "joint"):
-                for src, inp in (("logits", x), ("probs", probs)):
-                    if src == "probs" and dtype != torch.float32:
-                        continue
-                    fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
-                    outs = {}
-                    for cl in (1001, 1002, 1101, 1102, 1104):
-                        S._CLUSTER = cl
-                        outs[cl] = fn(inp, k, p, seed=7, offset=B, filter_apply_order=order)
-                    for cl in (1101, 1102, 1104):
-                        ref = outs[1001 if cl == 1101 else 1002]
-                        assert torch.equal(outs[cl], ref), (B, V, order, src, cl,
-                                                            int((outs[cl] != ref).sum()))
-                    for kk in (50,):
-                        S._CLUSTER = 1101
-                        a = fn(inp, kk, 0.9, seed=3, offset=1, filter_apply_order=order)
-                        S._CLUSTER = -1
-                        b = fn(inp, kk, 0.9, seed=3, offset=1, filter_apply_order=order)
-                        assert torch.equal(a, b), (B, V, order, src, "scalar k against the streaming kernel")
-    finally:
-        S._CLUSTER = old
-
-
 def test_top_k_ties_lower_index():
     V = 4096
     x = torch.randn(6, V, device=DEV).to(torch.bfloat16).float()  # many exact ties
@@ -518,7 +465,7 @@ def test_same_seed_offset_same_tokens():
     assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=st, offset=ot))
     old = S._CLUSTER
     try:
-        for cl in (-1, 1, 2, 5, 8, 1000, 1001, 1003, 1008, 1100, 1101, 1103, 2000):
+        for cl in (-1, 1, 2, 5, 8, 1000, 1001, 1003, 1008, 2000):
             S._CLUSTER = cl
             assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=42, offset=7)), cl
     finally:

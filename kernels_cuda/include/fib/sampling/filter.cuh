@@ -51,14 +51,6 @@ constexpr size_t kFilterSmem = kFilterRingBytes + kFilterCap * sizeof(uint64_t);
 // 512 time the same; a select costs ~1 us per digit pass)
 constexpr int kFilterSortDirect = 256;
 static_assert(kFilterTrigger >= kFilterMaxK, "compaction must leave room for a stage");
-// warp streams (filter_kernel<DT, 1>, FIB_SAMPLING_CLUSTER=1100+S, an experiment: not the policy):
-// the candidate buffer split into one buffer per warp, 256 tokens per warp step, a warp compacts
-// above kWarpTrig (room for one more step); rows with k > kWarpMaxK run the general algorithm
-constexpr int kWarpCap = kFilterCap / kWarps;    // 512 entries
-constexpr int kWarpStep = 32 * kFilterPer;       // 256 tokens
-constexpr int kWarpTrig = kWarpCap - kWarpStep;  // 256
-constexpr int kWarpMaxK = 128;
-static_assert(kWarpMaxK < kWarpTrig && kWarps * kWarpTrig * 8 <= kFilterRingBytes, "warp stream buffers");
 static_assert(kFilterSmem >= 2 * kHistBufBytes, "the general fallback needs its histograms");
 
 
@@ -244,90 +236,6 @@ __device__ __forceinline__ void warp_joint_partial(float jm, float js, bool logi
 }
 
 // Keeps the entries >= t of buf[0..n) (in place, order not kept); returns the new count.
-// Exact k-th largest of the n (unique) entries of buf (1 <= k <= n), one warp alone (no block
-// barrier): 8-bit digits from the highest bit in which the entries differ, a 256-bin histogram of
-// its own (hist) per pass, the bins scanned in descending order by the 32 lanes (8 each).
-__device__ uint64_t warp_kth(const uint64_t* buf, int n, int k, uint32_t* hist) {
-  const int lane = threadIdx.x & 31;
-  uint64_t mx = 0ull, mn = ~0ull;
-  for (int i = lane; i < n; i += 32) {
-    const uint64_t v = buf[i];
-    mx = v > mx ? v : mx;
-    mn = v < mn ? v : mn;
-  }
-  mx = warp_max_u64(mx);
-  mn = warp_min_u64(mn);
-  if (mx == mn) return mx;
-  const int hb = 63 - __clzll(static_cast<long long>(mx ^ mn));
-  uint64_t known = hb == 63 ? 0ull : ~((2ull << hb) - 1ull);  // the bits decided so far
-  uint64_t prefix = mx & known;
-  int shift = hb + 1, kk = k;
-  while (shift > 0) {
-    const int d = shift < 8 ? shift : 8;
-    shift -= d;
-    for (int b = lane; b < 256; b += 32) hist[b] = 0u;
-    __syncwarp();
-    for (int i = lane; i < n; i += 32) {
-      const uint64_t v = buf[i];
-      if ((v & known) == prefix) atomicAdd(&hist[static_cast<uint32_t>(v >> shift) & ((1u << d) - 1u)], 1u);
-    }
-    __syncwarp();
-    uint32_t c[8], sum = 0u;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      c[j] = hist[255 - 8 * lane - j];
-      sum += c[j];
-    }
-    uint32_t inc = sum;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t t = __shfl_up_sync(0xffffffffu, inc, o);
-      if (lane >= o) inc += t;
-    }
-    const uint32_t before = inc - sum, want = static_cast<uint32_t>(kk);
-    const bool mine = before < want && want <= inc;
-    int digit = 0;
-    uint32_t above = 0u;
-    if (mine) {
-      uint32_t acc = before;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (acc + c[j] >= want) {
-          digit = 255 - 8 * lane - j;
-          above = acc;
-          break;
-        }
-        acc += c[j];
-      }
-    }
-    const int src = __ffs(__ballot_sync(0xffffffffu, mine)) - 1;
-    digit = __shfl_sync(0xffffffffu, digit, src);
-    above = __shfl_sync(0xffffffffu, above, src);
-    kk -= static_cast<int>(above);
-    prefix |= static_cast<uint64_t>(digit) << shift;
-    known |= static_cast<uint64_t>((1u << d) - 1u) << shift;
-    __syncwarp();
-  }
-  return prefix;
-}
-
-// keeps the entries >= t of buf[0, n) in order, in place, one warp alone; the new count
-__device__ int warp_compact(uint64_t* buf, int n, uint64_t t) {
-  const int lane = threadIdx.x & 31;
-  int w = 0;
-  for (int b = 0; b < n; b += 32) {
-    const int i = b + lane;
-    const uint64_t v = i < n ? buf[i] : 0ull;
-    const bool keep = i < n && v >= t;
-    const uint32_t m = __ballot_sync(0xffffffffu, keep);
-    __syncwarp();
-    if (keep) buf[w + __popc(m & ((1u << lane) - 1u))] = v;
-    w += __popc(m);
-    __syncwarp();
-  }
-  return w;
-}
-
 __device__ int compact_ge(uint64_t* buf, int n, uint64_t t, int* s_new) {
   const int tid = threadIdx.x, lane = tid & 31;
   if (tid == 0) *s_new = 0;
@@ -380,8 +288,7 @@ __device__ __forceinline__ void finish_topk(const Params& p, const uint64_t* G, 
   finish_sorted(p, G, nc, wc, use_p2, tp, joint_base, joint, row, s_scratch, s_tot);
 }
 
-// LOOP 0: the TMA ring (the policy); 1: warp streams (an experiment, see kWarpCap)
-template <int DT, int LOOP = 0>
+template <int DT>
 __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char dsm[];
 #if FIB_HAS_CLUSTER
@@ -396,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   const bool logits = p.is_logits != 0;
   int k = row_top_k(p, row);
   const float T = logits ? (p.temp_arr ? p.temp_arr[row] : p.temp_val) : 1.0f;
-  if (!(k > 0 && k < V && k <= (LOOP == 1 ? kWarpMaxK : kFilterMaxK)) || (logits && !(T > 0.0f))) {
+  if (!(k > 0 && k < V && k <= kFilterMaxK) || (logits && !(T > 0.0f))) {
     sample_row<DT>(p, dsm, row, rank, S, p.chunk, false);  // general algorithm over the cluster
     return;
   }
@@ -446,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     s_rcnt[0] = 0;  // (push mode: the other ranks reserve their places in this CTA's ring here)
   }
   __syncthreads();
-  if (LOOP == 0 && tid == 0) {
+  if (tid == 0) {
     for (int q = 0; q < NST && q < nstages; ++q) {
       const int bytes = min(STAGE_BYTES, body_bytes - q * STAGE_BYTES);
       mbar_expect_tx(&bars[q], static_cast<uint32_t>(bytes));
@@ -551,232 +458,109 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   };
 
   const int extra = head + (n - tail0);  // unaligned head and tail tokens (< 16 bytes each)
-  if constexpr (LOOP == 1) {
-    // ---- warp streams (FIB_SAMPLING_CLUSTER=1100+S; see warp_kth): warp w reads its own part
-    // [wlo, whi) of the 16-byte aligned body with the next step's loads in flight (no ring, no
-    // block barrier), keeps its candidates c >= t in buf[w * kWarpCap ...), t = max(its own tau,
-    // the CTA's s_tau), and when it holds more than kWarpTrig selects its own k-th largest, keeps
-    // the entries >= it and raises s_tau to it (a warp's k-th largest bounds the slice's).
-    const int wid = tid >> 5;
-    uint64_t* wbuf = buf + wid * kWarpCap;
-    uint32_t* whist = reinterpret_cast<uint32_t*>(ring) + wid * 256;  // (the ring is idle here)
-    __shared__ int s_wcnt[kWarps];
-    int cnt = 0;
-    uint64_t own = 0ull;
-    auto wappend = [&](const float (&x)[kFilterPer], int i0, int i1, uint32_t vmask, uint64_t t, bool open,
-                       float tf) {
-      uint32_t bits = 0u;
-      if (open) {
-#pragma unroll
-        for (int j = 0; j < kFilterPer; ++j)
-          if (((vmask >> j) & 1u) && comp(x[j], j < 4 ? i0 + j : i1 + (j - 4)) >= t) bits |= 1u << j;
-      } else {
-#pragma unroll
-        for (int j = 0; j < kFilterPer; ++j)
-          if (((vmask >> j) & 1u) && x[j] >= tf) bits |= 1u << j;
-      }
-      const int c = __popc(bits);
-      int inc = c;
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int o = __shfl_up_sync(0xffffffffu, inc, d);
-        if (lane >= d) inc += o;
-      }
-      int pos = cnt + inc - c;
-      cnt += __shfl_sync(0xffffffffu, inc, 31);
-#pragma unroll
-      for (int j = 0; j < kFilterPer; ++j)
-        if ((bits >> j) & 1u) wbuf[pos++] = comp(x[j], j < 4 ? i0 + j : i1 + (j - 4));
-      __syncwarp();
-      if (cnt > kWarpTrig) {
-        own = warp_kth(wbuf, cnt, k, whist);
-        cnt = warp_compact(wbuf, cnt, own);
-        if (lane == 0) atomicMax(reinterpret_cast<unsigned long long*>(&s_tau), static_cast<unsigned long long>(own));
-      }
-    };
-    if (wid == 0 && extra > 0) {  // head and tail tokens (< 16 bytes each, <= 14 in all): warp 0, tau = 0
+  // head and tail tokens (< 16 bytes each): one per thread, before the ring (tau = 0: all pass)
+  {
+    for (int e0 = 0; e0 < extra; e0 += kThreads) {  // warp-uniform trip count
+      const int e = e0 + tid;
       float x[kFilterPer] = {};
       int i = 0;
       uint32_t vm = 0u;
-      if (lane < extra) {
-        i = lane < head ? lane : tail0 + (lane - head);
+      if (e < extra) {
+        i = e < head ? e : tail0 + (e - head);
         x[0] = load_elem<DT>(in_row, i);
         vm = 1u;
       }
       if (joint) joint_add(x, vm);
-      wappend(x, i, i, vm, 0ull, true, 0.0f);
+      append(x, i, i, vm, 0ull, true, 0.0f);
     }
-    FIB_PROF(2);
-    constexpr int TPV = 16 / ESIZE;                      // tokens per 16-byte vector
-    const int per = (((body_n + kWarps - 1) / kWarps) + 7) & ~7;
-    const int wlo = min(body_n, wid * per), whi = min(body_n, wlo + per);
-    const int nst = (whi - wlo + kWarpStep - 1) / kWarpStep;
-    const uint4* bv = reinterpret_cast<const uint4*>(body);
-    // step s of this lane: vector v holds body tokens wlo + s * kWarpStep + v * 32 * TPV + lane * TPV + [0, TPV)
-    auto issue = [&](int s, uint4 (&dst)[NV]) {
-#pragma unroll
-      for (int v = 0; v < NV; ++v) {
-        const int b = wlo + s * kWarpStep + (v * 32 + lane) * TPV;
-        dst[v] = (s < nst && b < whi) ? __ldg(bv + b / TPV) : make_uint4(0u, 0u, 0u, 0u);
-      }
-    };
-    uint4 rb[2][NV];
-    issue(0, rb[0]);
-    for (int s0 = 0; s0 < nst; s0 += 2) {
-#pragma unroll
-      for (int ph = 0; ph < 2; ++ph) {
-        const int s = s0 + ph;
-        if (s < nst) {  // (warp-uniform)
-          issue(s + 1, rb[ph ^ 1]);
-          float x[kFilterPer] = {};
-          uint32_t vm = 0u;
-          const int b0 = wlo + s * kWarpStep + lane * TPV;
-#pragma unroll
-          for (int v = 0; v < NV; ++v) {
-            if (b0 + v * 32 * TPV < whi) {
-              unpack(rb[ph][v], x, v * 4);
-              vm |= (DT == kF32 ? 0xfu : 0xffu) << (v * 4);
-            }
-          }
-          if (joint) joint_add(x, vm);
-          const uint64_t sh = *reinterpret_cast<volatile uint64_t*>(&s_tau);
-          const uint64_t t = own > sh ? own : sh;
-          const float tf = key2f(static_cast<uint32_t>(t >> 32));
-          const bool open = t == 0ull || tf <= (logits ? -INFINITY : 0.0f);
-          float mx = x[0];
-#pragma unroll
-          for (int j = 1; j < kFilterPer; ++j) mx = fmaxf(mx, x[j]);
-          if (__any_sync(0xffffffffu, vm != 0u && (open || mx >= tf))) {
-            const int i0 = head + b0, i1 = DT == kF32 ? i0 + 32 * TPV : i0 + 4;
-            wappend(x, i0, i1, vm, t, open, tf);
-          }
-        }
-      }
-    }
-    // this warp's candidates >= the CTA's final tau (a superset of the slice's top-k), then every
-    // warp's set back to back in buf[0, total) through the idle ring (<= kWarps * kWarpTrig entries)
     __syncthreads();
-    cnt = warp_compact(wbuf, cnt, s_tau);
-    if (lane == 0) s_wcnt[wid] = cnt;
-    __syncthreads();
-    int before = 0, total = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const int c = s_wcnt[w];
-      before += w < wid ? c : 0;
-      total += c;
-    }
-    uint64_t* scratch = reinterpret_cast<uint64_t*>(ring);
-    for (int i = lane; i < cnt; i += 32) scratch[before + i] = wbuf[i];
-    __syncthreads();
-    for (int i = tid; i < total; i += kThreads) buf[i] = scratch[i];
-    if (tid == 0) s_cnt = total;
-    __syncthreads();
-  } else {
-    // head and tail tokens (< 16 bytes each): one per thread, before the ring (tau = 0: all pass)
+  }
+
+  FIB_PROF(2);
+  uint64_t tau = 0ull;
+  uint32_t parity = 0u;
+  for (int s = 0, q = 0; s < nstages; ++s) {
+    const int sbytes = min(STAGE_BYTES, body_bytes - s * STAGE_BYTES);
+#ifdef FIB_SAMPLING_PROFILE
+    unsigned long long w0_;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w0_));
+#endif
+    mbar_wait(&bars[q], parity);
+#ifdef FIB_SAMPLING_PROFILE
     {
-      for (int e0 = 0; e0 < extra; e0 += kThreads) {  // warp-uniform trip count
-        const int e = e0 + tid;
-        float x[kFilterPer] = {};
-        int i = 0;
-        uint32_t vm = 0u;
-        if (e < extra) {
-          i = e < head ? e : tail0 + (e - head);
-          x[0] = load_elem<DT>(in_row, i);
-          vm = 1u;
-        }
-        if (joint) joint_add(x, vm);
-        append(x, i, i, vm, 0ull, true, 0.0f);
+      unsigned long long w1_;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w1_));
+      FIB_PROF_ADD(21, w1_ - w0_);
+    }
+#endif
+    if (s == 0) FIB_PROF(3);
+    // thread tid holds the 16-byte vectors tid (and kThreads + tid for fp32) of the stage
+    float x[kFilterPer] = {};
+    uint32_t vm = 0u;
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+      const int off = (v * kThreads + tid) * 16;
+      if (off < sbytes) {
+        unpack(*reinterpret_cast<const uint4*>(ring + q * STAGE_BYTES + off), x, v * 4);
+        vm |= (DT == kF32 ? 0xfu : 0xffu) << (v * 4);
+      }
+    }
+    if (joint) joint_add(x, vm);
+    constexpr int TPV = 16 / ESIZE;  // tokens per vector
+    const int s0 = head + s * kFilterStage;
+    const int i0 = s0 + tid * TPV, i1 = DT == kF32 ? s0 + (kThreads + tid) * TPV : s0 + tid * TPV + 4;
+    // fast test: can any token of this warp reach tau? (raw values; NaN/negative/-0 compare low)
+    const float tf = key2f(static_cast<uint32_t>(tau >> 32));
+    const bool open = tau == 0ull || tf <= (logits ? -INFINITY : 0.0f);
+    float mx = x[0];
+#pragma unroll
+    for (int j = 1; j < kFilterPer; ++j) mx = fmaxf(mx, x[j]);
+    bool over = false;
+#ifdef FIB_SAMPLING_PROFILE
+    if (blockIdx.y == 0 && rank == 0 && lane == 0) {
+      atomicAdd(&g_fib_prof[15], 1ull);
+    }
+#endif
+    if (__any_sync(0xffffffffu, vm != 0u && (open || mx >= tf))) {
+#ifdef FIB_SAMPLING_PROFILE
+      if (blockIdx.y == 0 && rank == 0 && lane == 0) atomicAdd(&g_fib_prof[14], 1ull);
+#endif
+      over = append(x, i0, i1, vm, tau, open, tf);
+    }
+    // barrier: ring slot q fully read, appends done. The compaction decision comes from the
+    // warps' own atomics (the count only grows within a stage), so no thread reads s_cnt while
+    // a faster warp may already append the next stage.
+    const bool compact = __syncthreads_or(over) != 0;
+    if (tid == 0 && s + NST < nstages) {
+      const int s2 = s + NST;
+      const int bytes = min(STAGE_BYTES, body_bytes - s2 * STAGE_BYTES);
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      mbar_expect_tx(&bars[q], static_cast<uint32_t>(bytes));
+      tma_load_1d(ring + q * STAGE_BYTES, body + static_cast<int64_t>(s2) * STAGE_BYTES, static_cast<uint32_t>(bytes),
+                  &bars[q]);
+    }
+    if (compact) {
+      const int cnt = s_cnt;
+      FIB_PROF_IF(g_fib_prof[10] == 0, 12);  // the first compaction's start / end
+      FIB_PROF_ADD(10, 1);
+      FIB_PROF_ADD(11, cnt);
+      Segs sg;
+      sg.seg[0] = buf;
+      sg.cnt[0] = cnt;
+      sg.nseg = 1;
+      const uint64_t t = kth_prefix(sg, k, ssel);
+      compact_ge(buf, cnt, t, &s_new);
+      if (tid == 0) {
+        s_cnt = s_new;
+        s_tau = t;
       }
       __syncthreads();
+      FIB_PROF_IF(g_fib_prof[10] == 1, 13);
     }
-
-    FIB_PROF(2);
-    uint64_t tau = 0ull;
-    uint32_t parity = 0u;
-    for (int s = 0, q = 0; s < nstages; ++s) {
-      const int sbytes = min(STAGE_BYTES, body_bytes - s * STAGE_BYTES);
-  #ifdef FIB_SAMPLING_PROFILE
-      unsigned long long w0_;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w0_));
-  #endif
-      mbar_wait(&bars[q], parity);
-  #ifdef FIB_SAMPLING_PROFILE
-      {
-        unsigned long long w1_;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w1_));
-        FIB_PROF_ADD(21, w1_ - w0_);
-      }
-  #endif
-      if (s == 0) FIB_PROF(3);
-      // thread tid holds the 16-byte vectors tid (and kThreads + tid for fp32) of the stage
-      float x[kFilterPer] = {};
-      uint32_t vm = 0u;
-  #pragma unroll
-      for (int v = 0; v < NV; ++v) {
-        const int off = (v * kThreads + tid) * 16;
-        if (off < sbytes) {
-          unpack(*reinterpret_cast<const uint4*>(ring + q * STAGE_BYTES + off), x, v * 4);
-          vm |= (DT == kF32 ? 0xfu : 0xffu) << (v * 4);
-        }
-      }
-      if (joint) joint_add(x, vm);
-      constexpr int TPV = 16 / ESIZE;  // tokens per vector
-      const int s0 = head + s * kFilterStage;
-      const int i0 = s0 + tid * TPV, i1 = DT == kF32 ? s0 + (kThreads + tid) * TPV : s0 + tid * TPV + 4;
-      // fast test: can any token of this warp reach tau? (raw values; NaN/negative/-0 compare low)
-      const float tf = key2f(static_cast<uint32_t>(tau >> 32));
-      const bool open = tau == 0ull || tf <= (logits ? -INFINITY : 0.0f);
-      float mx = x[0];
-  #pragma unroll
-      for (int j = 1; j < kFilterPer; ++j) mx = fmaxf(mx, x[j]);
-      bool over = false;
-  #ifdef FIB_SAMPLING_PROFILE
-      if (blockIdx.y == 0 && rank == 0 && lane == 0) {
-        atomicAdd(&g_fib_prof[15], 1ull);
-      }
-  #endif
-      if (__any_sync(0xffffffffu, vm != 0u && (open || mx >= tf))) {
-  #ifdef FIB_SAMPLING_PROFILE
-        if (blockIdx.y == 0 && rank == 0 && lane == 0) atomicAdd(&g_fib_prof[14], 1ull);
-  #endif
-        over = append(x, i0, i1, vm, tau, open, tf);
-      }
-      // barrier: ring slot q fully read, appends done. The compaction decision comes from the
-      // warps' own atomics (the count only grows within a stage), so no thread reads s_cnt while
-      // a faster warp may already append the next stage.
-      const bool compact = __syncthreads_or(over) != 0;
-      if (tid == 0 && s + NST < nstages) {
-        const int s2 = s + NST;
-        const int bytes = min(STAGE_BYTES, body_bytes - s2 * STAGE_BYTES);
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        mbar_expect_tx(&bars[q], static_cast<uint32_t>(bytes));
-        tma_load_1d(ring + q * STAGE_BYTES, body + static_cast<int64_t>(s2) * STAGE_BYTES, static_cast<uint32_t>(bytes),
-                    &bars[q]);
-      }
-      if (compact) {
-        const int cnt = s_cnt;
-        FIB_PROF_IF(g_fib_prof[10] == 0, 12);  // the first compaction's start / end
-        FIB_PROF_ADD(10, 1);
-        FIB_PROF_ADD(11, cnt);
-        Segs sg;
-        sg.seg[0] = buf;
-        sg.cnt[0] = cnt;
-        sg.nseg = 1;
-        const uint64_t t = kth_prefix(sg, k, ssel);
-        compact_ge(buf, cnt, t, &s_new);
-        if (tid == 0) {
-          s_cnt = s_new;
-          s_tau = t;
-        }
-        __syncthreads();
-        FIB_PROF_IF(g_fib_prof[10] == 1, 13);
-      }
-      tau = s_tau;
-      if (++q == NST) {
-        q = 0;
-        parity ^= 1u;
-      }
+    tau = s_tau;
+    if (++q == NST) {
+      q = 0;
+      parity ^= 1u;
     }
   }
   FIB_PROF(4);
