@@ -83,19 +83,24 @@ class KernelUnavailable(RuntimeError):
 
 
 _fn: Any = None
+_fn_alloc: Any = None  # sample_alloc: the output allocated in C++ through torch's allocator
 _fn_lock = threading.Lock()
 _seed: int | None = None
 _counter = itertools.count(1)
 
 
 def _sample_fn():
-    global _fn
+    global _fn, _fn_alloc
     if _fn is None:
         with _fn_lock:
             if _fn is None:
                 mod = load_family("sampling")
                 if mod is None:
                     raise KernelUnavailable(f"fib sampling kernels unavailable: {reason('sampling')}")
+                try:
+                    _fn_alloc = mod.sample_alloc
+                except AttributeError:
+                    _fn_alloc = None
                 _fn = mod.sample
     return _fn
 
@@ -131,14 +136,21 @@ def _call(x: torch.Tensor, flags: int, top_k=None, top_p=None, min_p=None, tempe
             seed = ds
         if offset is None:
             offset = do
+    stream = torch.cuda.current_stream(x.device).cuda_stream if _EXPLICIT_STREAM else -1
     if out is None:
-        # (torch.empty(x.shape[:-1]) costs ~5 us more than an int size on the host)
         mode = flags & 3
+        if mode == _SAMPLE and _fn_alloc is not None:
+            # the library allocates the tokens through torch's allocator (cheaper than torch.empty
+            # from Python); what it refuses is converted below, allocated here, and sent to fn
+            try:
+                return _fn_alloc(x, flags, top_k, top_p, min_p, temperature, seed, offset, _CLUSTER, stream)
+            except (TypeError, ValueError):
+                pass
+        # (torch.empty(x.shape[:-1]) costs ~5 us more than an int size on the host)
         if mode == _SAMPLE:
             out = torch.empty(len(x) if x.dim() == 2 else (), dtype=_int64, device=x.device)
         else:
             out = torch.empty_like(x, dtype=_float32 if mode == _RENORM else x.dtype, memory_format=_contiguous)
-    stream = torch.cuda.current_stream(x.device).cuda_stream if _EXPLICIT_STREAM else -1
     try:
         fn(x, out, flags, top_k, top_p, min_p, temperature, seed, offset, _CLUSTER, stream)
     except (TypeError, ValueError):

@@ -6,6 +6,8 @@
 //                             kernel, C chunks per row); one launch, no host sync; no allocation
 //                             but the split kernel's workspace (per device and stream, grown on
 //                             demand, also during graph capture)
+//   sample_alloc(input, flags, top_k, ..., stream) -> the sampled tokens, the output allocated
+//                          through the caller's allocator (mode 0)
 //   describe_args(input, out, flags, top_k, ..., offset) -> the Params sample would use (tests)
 //   current_stream(t)      -> int64 the stream tvm-ffi hands this library for t's device
 //   launch_config(B, V, dtype_code, cluster, device) -> "S,chunk,resident,smem,sms,major,kind"
@@ -400,6 +402,24 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
   return used;
 }
 
+// sample() in mode 0 with the output allocated here, through the caller framework's allocator
+// (TVMFFIEnvTensorAlloc: for torch tensors torch's caching allocator, on the current stream):
+// int64 [B], or 0-d for a 1-D input. Returned as the framework's tensor type.
+tvm::ffi::Tensor sample_alloc(TensorView input, int64_t flags, AnyView top_k, AnyView top_p, AnyView min_p,
+                              AnyView temperature, AnyView seed, AnyView offset, int64_t cluster, int64_t stream) {
+  if ((flags & fs::host::kFlagModeMask) != fs::kSample)
+    TVM_FFI_THROW(ValueError) << "fib sampling: sample_alloc is for sampling (mode 0)";
+  if (input.ndim() != 2 && input.ndim() != 1) TVM_FFI_THROW(ValueError) << "fib sampling: input must be [B, V] or [V]";
+  if (TVMFFIEnvGetDLPackManagedTensorAllocator() == nullptr)  // (the wrapper then allocates and calls sample)
+    TVM_FFI_THROW(TypeError) << "fib sampling: no framework allocator for sample_alloc";
+  const int64_t shape[1] = {input.ndim() == 2 ? input.size(0) : 1};
+  tvm::ffi::Tensor out = tvm::ffi::Tensor::FromEnvAlloc(
+      TVMFFIEnvTensorAlloc, tvm::ffi::ShapeView(shape, input.ndim() == 2 ? 1 : 0), DLDataType{kDLInt, 64, 1},
+      input.device());
+  sample(input, TensorView(out), flags, top_k, top_p, min_p, temperature, seed, offset, cluster, stream);
+  return out;
+}
+
 // The Params `sample` would launch with, as "key=value,..." (no device needed: CPU tensors are
 // accepted, nothing is launched). For the argument tests.
 tvm::ffi::String describe_args(TensorView input, TensorView out, int64_t flags, AnyView top_k, AnyView top_p,
@@ -461,6 +481,7 @@ tvm::ffi::String prof_read() {
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(prof_read, prof_read);
 #endif
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(sample, sample);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(sample_alloc, sample_alloc);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(current_stream, current_stream);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(describe_args, describe_args);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(launch_config, launch_config);

@@ -538,6 +538,33 @@ def test_current_stream_and_no_sync():
         torch.cuda.set_sync_debug_mode("default")
 
 
+def test_library_allocated_output():
+    """Without out= the library allocates the tokens through torch's allocator (sample_alloc): a
+    torch int64 CUDA tensor of [B] (0-d for one row) holding the same tokens as with out=, made on
+    the current stream (usable there without a sync), and a fresh tensor per call."""
+    mod = loader.load_family("sampling")
+    assert hasattr(mod, "sample_alloc")
+    x = torch.randn(9, 32000, device=DEV)
+    a = S.top_k_top_p_sampling_from_logits(x, 20, 0.9, seed=4, offset=2)
+    assert type(a) is torch.Tensor and a.dtype == torch.int64 and a.shape == (9,) and a.is_cuda
+    out = torch.empty(9, dtype=torch.int64, device=DEV)
+    S.top_k_top_p_sampling_from_logits(x, 20, 0.9, seed=4, offset=2, out=out)
+    assert torch.equal(a, out)
+    b = S.top_k_top_p_sampling_from_logits(x, 20, 0.9, seed=4, offset=2)
+    assert b.data_ptr() != a.data_ptr() and torch.equal(a, b)
+    one = S.sampling_from_logits(x[3], seed=4, offset=2)
+    assert one.shape == () and one.dtype == torch.int64
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        y = S.top_k_sampling_from_logits(x, 5, seed=1, offset=0)
+        z = y + 0
+    s.synchronize()
+    assert torch.equal(z, S.top_k_sampling_from_logits(x, 5, seed=1, offset=0))
+    # refused arguments still work (converted in Python, allocated there)
+    k16 = torch.full((9,), 20, dtype=torch.int16, device=DEV)
+    assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, k16, 0.9, seed=4, offset=2))
+
+
 def test_host_cost_per_call():
     """Host (enqueue) cost of one whole call, measured while the GPU is kept busy (so device time
     does not leak into the host clock)."""
