@@ -224,6 +224,7 @@ def test_sampling_wrapper_marshalling(monkeypatch):
         return 1
 
     monkeypatch.setattr(S, "_fn", fake)
+    monkeypatch.setattr(S, "_fn_alloc", None)  # (the library-allocating entry is not faked)
     x = torch.randn(3, 10)
     k = torch.tensor([1, 2, 3], dtype=torch.int32)
     p = torch.tensor([0.5, 0.9, 1.0])

@@ -155,6 +155,7 @@ def test_wrapper_through_the_real_reader(lib, monkeypatch):
         return 0
 
     monkeypatch.setattr(S, "_fn", fn)
+    monkeypatch.setattr(S, "_fn_alloc", None)  # (the library-allocating entry is not faked)
     x = torch.randn(3, 40)
     k = torch.tensor([1, 2, 3], dtype=torch.int32)
     S.top_k_top_p_sampling_from_logits(x, k, 0.9, temperature=0.5, seed=7, offset=8)
