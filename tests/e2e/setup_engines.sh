@@ -45,7 +45,9 @@ fi
 if ! "$V/bin/python" -c "import wrapt, prometheus_client, pydantic, safetensors, filelock, pytest, tvm_ffi" >/dev/null 2>&1; then
   "${PIP[@]}" -c "$V/pin.txt" wrapt prometheus-client pydantic safetensors filelock pytest apache-tvm-ffi
 fi
-"${PIP[@]}" --no-deps --no-build-isolation -e "$REPO" 2>&1 | grep -v -i "warning\|^\s*$\|\*\*\*\|!!" || true
+# (FIB_BUILD_KERNELS=0: the engines venv runs on the CPU; the kernels, if any, are the main venv's
+# build in the same checkout, and a build here would redo them all against this venv's tvm-ffi path)
+FIB_BUILD_KERNELS=0 "${PIP[@]}" --no-deps --no-build-isolation -e "$REPO" 2>&1 | grep -v -i "warning\|^\s*$\|\*\*\*\|!!" || true
 
 "$V/bin/python" - <<'PY'
 import importlib.metadata as md
