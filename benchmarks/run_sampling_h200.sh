@@ -1,7 +1,8 @@
 #!/bin/bash
 # One device call for issue 5 (sampling): install tvm-ffi + FlashInfer from .gpu/, smoke check,
 # GPU tests, benchmark. Everything it writes lands in $OUT. Carry: .gpu fib_runtime/kernels/_bin
-#   STAGES="smoke test bench probe" (default: smoke test bench; probe: benchmarks/warp_filter_probe.cu), T_TEST / T_BENCH: timeouts, BENCH_ARGS, PYTEST_ARGS
+#   STAGES="smoke test bench probe" (default: smoke test bench; probe: benchmarks/warp_filter_probe.cu),
+#   T_TEST / T_BENCH / T_PROBE: timeouts, BENCH_ARGS, PYTEST_ARGS
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fib_out}
