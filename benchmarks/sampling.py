@@ -313,15 +313,31 @@ def run_cluster_sweep(log):
     return rows
 
 
+def host_inputs(dev=DEV):
+    """The host-cost calls' inputs (B=1, V=32000): logits, probs, per-row k and p, an int64 out, seed and
+    offset tensors."""
+    x = torch.randn(1, 32000, device=dev)
+    return (x, torch.softmax(x, -1), torch.full((1,), 50, dtype=torch.int32, device=dev),
+            torch.full((1,), 0.9, device=dev), torch.empty(1, dtype=torch.int64, device=dev),
+            torch.tensor([1], dtype=torch.int64, device=dev), torch.tensor([0], dtype=torch.int64, device=dev))
+
+
+def host_call_cases(Smod, dev=DEV):
+    """The call forms whose host cost is compared (sampling_host_ab.py, sampling_host_cpu.py), on the
+    module `Smod` (this tree's fib_runtime.kernels.sampling or a baseline's)."""
+    x, pr, kt, pt, out, st, ot = host_inputs(dev)
+    c = iter(range(10 ** 9))
+    return {
+        "tensors_out": lambda: Smod.top_k_top_p_sampling_from_logits(x, kt, pt, seed=st, offset=ot, out=out),
+        "tensors_alloc_default_rng": lambda: Smod.top_k_top_p_sampling_from_logits(x, kt, pt),
+        "scalars_int_seed": lambda: Smod.top_k_top_p_sampling_from_probs(pr, 50, 0.9, seed=1, offset=next(c)),
+        "plain_probs_out": lambda: Smod.sampling_from_probs(pr, seed=st, offset=ot, out=out),
+    }
+
+
 def run_host_cost(log):
     res = {}
-    x = torch.randn(1, 32000, device=DEV)
-    pr = torch.softmax(x, -1)
-    kt = torch.full((1,), 50, dtype=torch.int32, device=DEV)
-    pt = torch.full((1,), 0.9, device=DEV)
-    out = torch.empty(1, dtype=torch.int64, device=DEV)
-    st = torch.tensor([1], dtype=torch.int64, device=DEV)
-    ot = torch.tensor([0], dtype=torch.int64, device=DEV)
+    x, pr, kt, pt, out, st, ot = host_inputs()
     c = iter(range(10 ** 9))
     res["tiny_torch_op(x.add_(1))"] = host_cost(lambda: x.add_(0))
     res["ours top_k_top_p_from_logits (tensors, out=, seed/offset tensors)"] = host_cost(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import itertools
 import json
 import statistics
 import sys
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from sampling import host_enqueue  # noqa: E402
+from sampling import host_call_cases, host_enqueue, host_inputs  # noqa: E402
 
 import fib_runtime.kernels.sampling as NEW  # noqa: E402
 
@@ -42,28 +41,12 @@ def main():
     OLD = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(OLD)
     OLD._fn = tvm_ffi.load_module(args.base_so).sample
-    dev = "cuda"
-    x = torch.randn(1, 32000, device=dev)
-    pr = torch.softmax(x, -1)
-    kt = torch.full((1,), 50, dtype=torch.int32, device=dev)
-    pt = torch.full((1,), 0.9, device=dev)
-    out = torch.empty(1, dtype=torch.int64, device=dev)
-    st = torch.tensor([1], dtype=torch.int64, device=dev)
-    ot = torch.tensor([0], dtype=torch.int64, device=dev)
-    c = itertools.count()
+    x, _, kt, pt, _, st, ot = host_inputs()
     # same tokens from both (same kernels, same seed)
     a = NEW.top_k_top_p_sampling_from_logits(x, kt, pt, seed=st, offset=ot)
     b = OLD.top_k_top_p_sampling_from_logits(x, kt, pt, seed=st, offset=ot)
     same = bool(torch.equal(a, b))
-
-    def cases(S):
-        return {
-            "tensors_out": lambda: S.top_k_top_p_sampling_from_logits(x, kt, pt, seed=st, offset=ot, out=out),
-            "tensors_alloc_default_rng": lambda: S.top_k_top_p_sampling_from_logits(x, kt, pt),
-            "scalars_int_seed": lambda: S.top_k_top_p_sampling_from_probs(pr, 50, 0.9, seed=1, offset=next(c)),
-            "plain_probs_out": lambda: S.sampling_from_probs(pr, seed=st, offset=ot, out=out),
-        }
-    fns = {"new": cases(NEW), "base": cases(OLD)}
+    fns = {"new": host_call_cases(NEW), "base": host_call_cases(OLD)}
     fns["torch"] = {"x.add_(0)": lambda: x.add_(0)}
     res = {k: {n: [] for n in v} for k, v in fns.items()}
     for _ in range(args.reps):

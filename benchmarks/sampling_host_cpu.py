@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib.util
-import itertools
 import json
 import platform
 import shutil
@@ -89,20 +88,9 @@ def wrappers(so: Path, rev: str, d: Path):
 
 
 def case_fn(S, name):
-    import torch
+    from sampling import host_call_cases  # (benchmarks/sampling.py: the same call forms as on the GPU)
 
-    x = torch.randn(1, 32000)
-    pr = torch.softmax(x, -1)
-    kt = torch.full((1,), 50, dtype=torch.int32)
-    pt = torch.full((1,), 0.9)
-    o = torch.empty(1, dtype=torch.int64)
-    st, ot = torch.tensor([1]), torch.tensor([0])
-    c = itertools.count()
-    return {
-        "tensors_out": lambda: S.top_k_top_p_sampling_from_logits(x, kt, pt, seed=st, offset=ot, out=o),
-        "tensors_alloc_default_rng": lambda: S.top_k_top_p_sampling_from_logits(x, kt, pt),
-        "scalars_int_seed": lambda: S.top_k_top_p_sampling_from_probs(pr, 50, 0.9, seed=1, offset=next(c)),
-    }[name]
+    return host_call_cases(S, "cpu")[name]
 
 
 def wall(fns: dict, n=20000, rounds=9) -> dict:
@@ -146,6 +134,7 @@ def main():
     ap.add_argument("--one", nargs=3)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(REPO / "benchmarks"))
     if args.one:
         return one(args)
     import torch
