@@ -28,6 +28,19 @@
 // skeleton and 66.8 us for the loads alone (the ring loop's skeleton: ~94.5 us); filterq 138 us
 // (1338 candidates per row: its bound stops moving once compactions stop). Grid (S CTAs per row) x B rows, 512
 // threads, 2 CTAs per SM (64 KB of buffers + 16 KB of histograms each).
+// Modes cta / ctar (2026-12-01, later; warp_filter_probe_cta_h200.json): one CTA-wide buffer and
+// threshold without a barrier per step. T0 = a lower bound from every warp's first step (the
+// ceil(k/j)-th largest of the warps' j-th largest lane maxima, j = ceil(k/16): >= k tokens lie at
+// or above it), one barrier; then each warp streams and appends tokens >= max(T0, shared tau) to
+// the shared buffer (one shared atomic per warp and step with a candidate). ctar: the warp whose
+// append passes kCtaRef entries selects the k-th largest of what is written so far (unwritten
+// entries read 0) and raises the shared tau. Every row's top-k kept (ok = 1 everywhere), but a
+// bound from 4096 tokens ranks ~1600th-2800th in a row of 128256, so ~2800 tokens per row are
+// appended (cta) and nearly every warp step takes the append path: B=512 V=128256 k=50 105.9 us
+// (cta) / 110.9 (ctar: ~2070 appended, 181 left above the final tau; the selecting warp falls
+// behind) against 67.8 for the skeleton (vote) and ~109.5 for the filter kernel's whole call.
+// V=32000 B=512: cta 37.5, vote 22.8. Not pursued: the appends, not the barrier, set the time
+// once the threshold is loose.
 // Build: nvcc -O3 -std=c++17 -arch=sm_90a -Xptxas=-v -o warp_filter_probe benchmarks/warp_filter_probe.cu
 // Run:   ./warp_filter_probe > results.json   (median of 7 launches, us and TB/s; "ok": sets checked)
 #include <cuda_runtime.h>
@@ -56,7 +69,8 @@ constexpr int kWCap = 512;          // warp buffer entries
 constexpr int kWTrig = kWCap - kStep;  // compact above this: room for one more step
 constexpr int kMaxK = 128;          // k <= kMaxK (a compaction leaves k entries)
 constexpr int kOutCap = kWarps * kWCap;
-enum Mode : int { kFilter = 0, kVote = 1, kLoad = 2, kFilterQ = 3 };
+enum Mode : int { kFilter = 0, kVote = 1, kLoad = 2, kFilterQ = 3, kCta = 4, kCtaR = 5 };
+constexpr int kCtaRef = 768;  // ctar: one warp selects once the shared buffer passes this
 
 __host__ __device__ __forceinline__ uint32_t f2key_u(uint32_t u) { return (u & 0x80000000u) ? ~u : (u | 0x80000000u); }
 __device__ __forceinline__ uint32_t f2key(float f) { return f2key_u(__float_as_uint(f)); }
@@ -162,13 +176,15 @@ __device__ int warp_compact(uint64_t* buf, int n, uint64_t t) {
 
 template <int DEPTH, int MODE>
 __global__ void __launch_bounds__(kThreads, 2)
-    warp_filter(const float* __restrict__ in, int V, int chunk, int k, uint64_t* out, int* out_cnt) {
+    warp_filter(const float* __restrict__ in, int V, int chunk, int k, uint64_t* out, int* out_cnt, int* out_app) {
   extern __shared__ __align__(16) unsigned char dsm[];
   uint64_t* wbuf_all = reinterpret_cast<uint64_t*>(dsm);
   uint32_t* hist_all = reinterpret_cast<uint32_t*>(dsm + kWarps * kWCap * sizeof(uint64_t));
   __shared__ unsigned long long s_tau;
   __shared__ unsigned long long s_q[kWarps];  // filterq: each warp's m-th largest at its last compaction
-  __shared__ int s_out;
+  __shared__ int s_out, s_cnt;
+  __shared__ float s_a[kWarps];
+  constexpr bool CTA = MODE == kCta || MODE == kCtaR;
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
   const int row = blockIdx.y, rank = blockIdx.x;
   uint64_t* wbuf = wbuf_all + wid * kWCap;
@@ -176,8 +192,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (threadIdx.x == 0) {
     s_tau = MODE == kVote ? ~0ull : 0ull;  // vote: a threshold no token reaches, read at run time
     s_out = 0;
+    s_cnt = 0;
   }
   if (threadIdx.x < kWarps) s_q[threadIdx.x] = 0ull;
+  if (CTA)  // cta modes: one shared buffer of kOutCap entries; unwritten entries read as 0
+    for (int i = threadIdx.x; i < kOutCap; i += kThreads) wbuf_all[i] = 0ull;
   __syncthreads();
   // this warp's part of the CTA's slice: [lo, hi) of the row (multiples of 4)
   const int s0 = rank * chunk, s1 = min(V, s0 + chunk);
@@ -198,6 +217,35 @@ __global__ void __launch_bounds__(kThreads, 2)
   int cnt = 0;
   uint64_t own = 0ull;
   float acc = -INFINITY;
+  if (CTA) {
+    // a CTA-wide lower bound from each warp's first step (8 tokens per lane): a = the j-th largest
+    // lane maximum of warp w (>= j of its tokens are >= a), j = ceil(k/16); T0 = the ceil(k/j)-th
+    // largest of the 16 warps' a (>= j * ceil(k/j) >= k tokens of the slice are >= T0)
+    const float4* q = r[0];
+    float mx = fmaxf(fmaxf(fmaxf(q[0].x, q[0].y), fmaxf(q[0].z, q[0].w)), fmaxf(fmaxf(q[1].x, q[1].y), fmaxf(q[1].z, q[1].w)));
+    const int j = (k + kWarps - 1) / kWarps;
+    int rk = 0;
+#pragma unroll
+    for (int o = 0; o < 32; ++o) {
+      const float v = __shfl_sync(0xffffffffu, mx, o);
+      rk += (v > mx || (v == mx && o < lane)) ? 1 : 0;
+    }
+    const uint32_t at = __ballot_sync(0xffffffffu, rk == j - 1);
+    const float a = __shfl_sync(0xffffffffu, mx, __ffs(at) - 1);
+    if (lane == 0) s_a[wid] = a;
+    __syncthreads();
+    const int m = (k + j - 1) / j;  // <= 16
+    const float v = lane < kWarps ? s_a[lane] : -INFINITY;
+    int rv = 0;
+#pragma unroll
+    for (int o = 0; o < kWarps; ++o) {
+      const float u = __shfl_sync(0xffffffffu, v, o);
+      rv += (u > v || (u == v && o < lane)) ? 1 : 0;
+    }
+    const uint32_t at2 = __ballot_sync(0xffffffffu, lane < kWarps && rv == m - 1);
+    const float T0 = __shfl_sync(0xffffffffu, v, __ffs(at2) - 1);
+    own = static_cast<uint64_t>(f2key(T0)) << 32;  // every token >= T0 has a composite >= own
+  }
   for (int st0 = 0; st0 < nsteps; st0 += DEPTH) {
 #pragma unroll
     for (int ph = 0; ph < DEPTH; ++ph) {
@@ -216,7 +264,48 @@ __global__ void __launch_bounds__(kThreads, 2)
           const uint64_t t = own > shared_tau ? own : shared_tau;
           const float tf = key2f(static_cast<uint32_t>(t >> 32));
           const bool open = t == 0ull;
-          if (__any_sync(0xffffffffu, open || mx >= tf)) {
+          if (CTA) {
+            if (__any_sync(0xffffffffu, mx >= tf)) {
+              const int base_i = lo + st * kStep + lane * 4;
+              uint32_t bits = 0u;
+#pragma unroll
+              for (int j = 0; j < 8; ++j) {
+                const int i = base_i + (j < 4 ? j : 124 + j);
+                const uint64_t c = (static_cast<uint64_t>(f2key(x[j])) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
+                if (i < hi && x[j] >= tf && c >= t) bits |= 1u << j;
+              }
+              const int n = __popc(bits);
+              int inc = n;
+              for (int o = 1; o < 32; o <<= 1) {
+                const int u = __shfl_up_sync(0xffffffffu, inc, o);
+                if (lane >= o) inc += u;
+              }
+              const int wtot = __shfl_sync(0xffffffffu, inc, 31);
+              if (wtot > 0) {
+                int base = 0;
+                if (lane == 0) base = atomicAdd(&s_cnt, wtot);
+                base = __shfl_sync(0xffffffffu, base, 0);
+                int pos = base + inc - n;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                  if ((bits >> j) & 1u) {
+                    const int i = base_i + (j < 4 ? j : 124 + j);
+                    if (pos < kOutCap)
+                      wbuf_all[pos] = (static_cast<uint64_t>(f2key(x[j])) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
+                    ++pos;
+                  }
+                }
+                if (MODE == kCtaR && base < kCtaRef && kCtaRef <= base + wtot) {
+                  // this warp alone (the one that crossed the mark): the k-th largest of the
+                  // entries written so far (unwritten ones read 0: a subset's k-th largest is
+                  // still a lower bound) raises the shared tau
+                  __syncwarp();
+                  const uint64_t q2 = warp_kth(wbuf_all, min(base + wtot, kOutCap), k, hist);
+                  if (lane == 0) atomicMax(&s_tau, static_cast<unsigned long long>(q2));
+                }
+              }
+            }
+          } else if (__any_sync(0xffffffffu, open || mx >= tf)) {
             const int base_i = lo + st * kStep + lane * 4;  // token of x[j]: base_i + j (j < 4), + 124 (j >= 4)
             uint32_t bits = 0u;
 #pragma unroll
@@ -280,9 +369,28 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (cnt > 0 && lane == 0) atomicAdd(&out_cnt[row], cnt);
     return;
   }
+  uint64_t* o = out + (static_cast<size_t>(row) * gridDim.x + rank) * kOutCap;
+  if (CTA) {
+    const uint64_t tt = t > own ? t : own;
+    const int c = min(s_cnt, kOutCap);
+    for (int b = 0; b < c; b += kThreads) {
+      const int i = b + threadIdx.x;
+      const bool keep = i < c && wbuf_all[i] >= tt;
+      const uint32_t m = __ballot_sync(0xffffffffu, keep);
+      int base = 0;
+      if (lane == 0 && m) base = atomicAdd(&s_out, __popc(m));
+      base = __shfl_sync(0xffffffffu, base, 0);
+      if (keep) o[base + __popc(m & ((1u << lane) - 1u))] = wbuf_all[i];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      out_cnt[row * gridDim.x + rank] = s_cnt > kOutCap ? -1 : s_out;  // -1: the buffer overflowed
+      out_app[row * gridDim.x + rank] = s_cnt;
+    }
+    return;
+  }
   // (filter, filterq)
   // the CTA's candidates >= the shared tau -> out[row][rank * kOutCap ...]
-  uint64_t* o = out + (static_cast<size_t>(row) * gridDim.x + rank) * kOutCap;
   for (int b = 0; b < cnt; b += 32) {
     const int i = b + lane;
     const bool keep = i < cnt && wbuf[i] >= t;
@@ -321,7 +429,7 @@ static bool g_first = true;
 
 template <int DEPTH, int MODE>
 void run(const float* d_in, std::vector<float>& h_in, int B, int V, int S, int k, int peaked, uint64_t* d_out,
-         int* d_cnt) {
+         int* d_cnt, int* d_app) {
   if (k < 1 || k > kMaxK || V % 4 != 0) {
     fprintf(stderr, "probe: needs 1 <= k <= %d and V %% 4 == 0\n", kMaxK);
     exit(1);
@@ -337,7 +445,7 @@ void run(const float* d_in, std::vector<float>& h_in, int B, int V, int S, int k
   for (int rep = 0; rep < 8; ++rep) {
     CK(cudaMemset(d_cnt, 0, sizeof(int) * B * S));
     CK(cudaEventRecord(e0));
-    kern<<<dim3(S, B), kThreads, smem>>>(d_in, V, chunk, k, d_out, d_cnt);
+    kern<<<dim3(S, B), kThreads, smem>>>(d_in, V, chunk, k, d_out, d_cnt, d_app);
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     CK(cudaGetLastError());
@@ -351,7 +459,14 @@ void run(const float* d_in, std::vector<float>& h_in, int B, int V, int S, int k
   // check (filter mode): every row's exact top-k is among its CTAs' candidates
   int ok = -1;
   double avg = 0.0;
-  if (MODE == kFilter || MODE == kFilterQ) {
+  double app = 0.0;
+  if (MODE == kCta || MODE == kCtaR) {
+    std::vector<int> a(static_cast<size_t>(B) * S);
+    CK(cudaMemcpy(a.data(), d_app, sizeof(int) * B * S, cudaMemcpyDeviceToHost));
+    for (int v : a) app += v;
+    app /= B;
+  }
+  if (MODE != kVote && MODE != kLoad) {
     ok = 1;
     std::vector<int> cnt(static_cast<size_t>(B) * S);
     CK(cudaMemcpy(cnt.data(), d_cnt, sizeof(int) * B * S, cudaMemcpyDeviceToHost));
@@ -384,9 +499,9 @@ void run(const float* d_in, std::vector<float>& h_in, int B, int V, int S, int k
     avg /= B;
   }
   printf("%s{\"mode\": \"%s\", \"depth\": %d, \"B\": %d, \"V\": %d, \"S\": %d, \"k\": %d, \"peaked\": %d, "
-         "\"us\": %.2f, \"TBps\": %.3f, \"ok\": %d, \"cands_per_row\": %.1f}\n",
-         g_first ? "" : ",", MODE == kFilter ? "filter" : MODE == kFilterQ ? "filterq" : MODE == kVote ? "vote" : "load", DEPTH, B, V, S, k, peaked,
-         us, tbs, ok, avg);
+         "\"us\": %.2f, \"TBps\": %.3f, \"ok\": %d, \"cands_per_row\": %.1f, \"appended_per_row\": %.1f}\n",
+         g_first ? "" : ",", MODE == kFilter ? "filter" : MODE == kFilterQ ? "filterq" : MODE == kVote ? "vote" : MODE == kCta ? "cta" : MODE == kCtaR ? "ctar" : "load", DEPTH, B, V, S, k, peaked,
+         us, tbs, ok, avg, app);
   fflush(stdout);
   g_first = false;
 }
@@ -400,7 +515,8 @@ int main() {
   const int Bmax = 512, Vs[3] = {32000, 128256, 151936};
   float* d_in;
   uint64_t* d_out;
-  int* d_cnt;
+  int *d_cnt, *d_app;
+  CK(cudaMalloc(&d_app, sizeof(int) * Bmax * 4));
   CK(cudaMalloc(&d_in, sizeof(float) * Bmax * 151936));
   CK(cudaMalloc(&d_out, sizeof(uint64_t) * Bmax * 4 * kOutCap));
   CK(cudaMalloc(&d_cnt, sizeof(int) * Bmax * 4));
@@ -412,19 +528,18 @@ int main() {
       CK(cudaDeviceSynchronize());
       h.resize(n);
       CK(cudaMemcpy(h.data(), d_in, sizeof(float) * n, cudaMemcpyDeviceToHost));
-      for (int B : {1, 16, 64, 256, 512}) {
-        // S: CTAs per row, about 2 per SM in all (as the filter kernel: 2 per row below 132 rows)
-        int S = B >= g_sms ? 1 : (B >= 48 ? 2 : 4);
-        if (B == 1) S = 4;
-        run<2, kFilter>(d_in, h, B, V, S, 50, peaked, d_out, d_cnt);
-        run<2, kFilterQ>(d_in, h, B, V, S, 50, peaked, d_out, d_cnt);
-        if (peaked == 0 && V == 128256) run<2, kFilterQ>(d_in, h, B, V, S, 128, peaked, d_out, d_cnt);
+      for (int B : {64, 256, 512}) {
+        // S: CTAs per row as the filter kernel (2 per row below 132 rows)
+        const int S = B >= g_sms ? 1 : 2;
+        run<2, kCta>(d_in, h, B, V, S, 50, peaked, d_out, d_cnt, d_app);
+        run<2, kCtaR>(d_in, h, B, V, S, 50, peaked, d_out, d_cnt, d_app);
+        run<3, kCtaR>(d_in, h, B, V, S, 50, peaked, d_out, d_cnt, d_app);
+        run<2, kVote>(d_in, h, B, V, S, 50, peaked, d_out, d_cnt, d_app);
         if (peaked == 0 && V == 128256) {
-          run<3, kFilter>(d_in, h, B, V, S, 50, peaked, d_out, d_cnt);
-          run<2, kFilter>(d_in, h, B, V, S, 128, peaked, d_out, d_cnt);
-          run<2, kVote>(d_in, h, B, V, S, 50, peaked, d_out, d_cnt);
-          run<2, kLoad>(d_in, h, B, V, S, 50, peaked, d_out, d_cnt);
-          if (B >= 48 && B < g_sms) run<2, kFilter>(d_in, h, B, V, 4, 50, peaked, d_out, d_cnt);
+          run<2, kCtaR>(d_in, h, B, V, S, 128, peaked, d_out, d_cnt, d_app);
+          run<2, kFilterQ>(d_in, h, B, V, S, 50, peaked, d_out, d_cnt, d_app);
+          run<3, kVote>(d_in, h, B, V, S, 50, peaked, d_out, d_cnt, d_app);
+          run<2, kLoad>(d_in, h, B, V, S, 50, peaked, d_out, d_cnt, d_app);
         }
       }
     }
