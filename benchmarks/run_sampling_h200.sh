@@ -1,7 +1,8 @@
 #!/bin/bash
 # One device call for issue 5 (sampling): install tvm-ffi + FlashInfer from .gpu/, smoke check,
 # GPU tests, benchmark. Everything it writes lands in $OUT. Carry: .gpu fib_runtime/kernels/_bin
-#   STAGES="smoke test bench probe" (default: smoke test bench; probe: benchmarks/warp_filter_probe.cu),
+#   STAGES="smoke test bench probe largek" (default: smoke test bench; probe: benchmarks/warp_filter_probe.cu;
+#   largek: benchmarks/sampling_large_k.py with LARGEK_CONFIGS),
 #   T_TEST / T_BENCH / T_PROBE: timeouts, BENCH_ARGS, PYTEST_ARGS
 set -u
 cd "$(dirname "$0")/.."
@@ -61,4 +62,10 @@ if [[ " $STAGES " == *" probe "* ]]; then
     timeout "${T_PROBE:-240}" /tmp/warp_filter_probe >"$OUT/warp_filter_probe_h200.json" 2>"$OUT/warp_filter_probe.err"
   echo "probe rc=$?"
   tail -5 "$OUT/warp_filter_probe_h200.json"
+fi
+if [[ " $STAGES " == *" largek "* ]]; then
+  timeout "${T_LARGEK:-300}" python3 benchmarks/sampling_large_k.py --out "$OUT" --configs "${LARGEK_CONFIGS:-}" \
+    >"$OUT/large_k.log" 2>&1
+  echo "largek rc=$?"
+  grep "^|" "$OUT/large_k.log" | head -400
 fi

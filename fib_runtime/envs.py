@@ -141,6 +141,12 @@ _SPECS: Dict[str, _Spec] = {
         "and B >= 48 use the one-pass filter kernel on sm_90 (read once per device by the C++ side)."),
     "FIB_SAMPLING_STREAM_MIN_B": _Spec(_int, 96,
         "Below the filter threshold: batches from this size use the streaming kernel, smaller ones the cluster kernel."),
+    "FIB_SAMPLING_REJECT_MIN_K": _Spec(_int, 1024,
+        "Cluster kernel (sample_row): top_k_first rows with a top_k above this sample top-p by rejection "
+        "from the kept top-k instead of sorting it (0: never)."),
+    "FIB_SAMPLING_REJECT_JOINT_MIN_K": _Spec(_int, 256,
+        "Cluster kernel (sample_row): peaked joint rows with a top_k above this sample by rejection from the "
+        "whole row, checking top-k rank, min-p and nucleus per candidate, without a top-k select (0: never)."),
     "FIB_SAMPLING_EXPLICIT_STREAM": _Spec(_bool, False,
         "Pass torch's current stream explicitly instead of tvm-ffi's stream context (debugging)."),
 }

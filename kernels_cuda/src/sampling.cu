@@ -46,6 +46,11 @@ struct DevInfo {
   // (kStreamSmem where it fits, for stream_row; kSplitSmem; 0: unavailable)
   bool stream_ok = true;
   int split_smem = 0;
+  // FIB_SAMPLING_REJECT_MIN_K / FIB_SAMPLING_REJECT_JOINT_MIN_K: top-k rows with k above it sample
+  // top-p by rejection in sample_row (the cluster kernel; top_k_first / joint; 0: never). H200
+  // (benchmarks/results/sampling_large_k_h200.json): top_k_first k=2048 B=1 V=32000 33.5 -> 24.9 us,
+  // k=1024 22.6 -> 24.0, k=512 17.4 -> 23.9; joint peaked k=512..2048 19.5..36.5 -> 13.4
+  int rej_min_k = 1024, rej_joint_min_k = 256;
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 using fs::kStreamSmem;
@@ -108,6 +113,8 @@ const DevInfo& dev_info(int dev) {
     check_cuda(cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "device attribute");
     if (const char* e = std::getenv("FIB_SAMPLING_STREAM_MIN_B")) d.stream_min_b = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_FILTER_MIN_TOKENS")) d.filter_min_tokens = std::atof(e);
+    if (const char* e = std::getenv("FIB_SAMPLING_REJECT_MIN_K")) d.rej_min_k = std::atoi(e);
+    if (const char* e = std::getenv("FIB_SAMPLING_REJECT_JOINT_MIN_K")) d.rej_joint_min_k = std::atoi(e);
     prepare_kernel<fs::kF32>(d);
     prepare_kernel<fs::kBF16>(d);
     prepare_kernel<fs::kF16>(d);
@@ -360,6 +367,8 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
   p.chunk = c.chunk;
   p.resident = c.resident;
   p.hist_bytes = c.hist_bytes;
+  p.rej_min_k = d.rej_min_k;
+  p.rej_joint_min_k = d.rej_joint_min_k;
   cudaStream_t st = stream >= 0 ? reinterpret_cast<cudaStream_t>(stream)
                                 : static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, dev));
   Kind kind = kernel_kind(d, p, static_cast<int>(cluster));

@@ -228,6 +228,40 @@ def test_distribution_large_vocab(V, k, p, kind, force_path):
     assert_distribution(counts, q, n, f"large V={V} k={k} p={p} {kind} (margin {margin:.2g}) {force_path}")
 
 
+@pytest.mark.parametrize("force_path", ["auto", "cluster4"], indirect=True)
+@pytest.mark.parametrize("V,k,p,mp,kind,src,order", [
+    (32000, 2048, 0.9, 0.0, "peaked", "logits", "joint"),    # joint, peaked: candidates from the whole row
+    (32000, 2048, 0.9, 0.0, "flat", "probs", "joint"),       # flat: straight to the exact radix path
+    (32000, 1500, 0.5, 0.0, "peaked", "probs", "top_k_first"),
+    (128256, 2048, 0.9, 0.0, "flat", "logits", "top_k_first"),
+    (128256, 1100, 0.95, 0.05, "peaked", "logits", "joint"),  # min-p checked per candidate
+    (32000, 2048, 0.7, 0.001, "mid", "probs", "top_k_first"),
+])
+def test_distribution_large_k_rejection(V, k, p, mp, kind, src, order, force_path):
+    """Large-k rows sample top-p by rejection in the cluster kernel (sample_row): top-k-first rows
+    with k > 1024 (FIB_SAMPLING_REJECT_MIN_K) draw from the kept top-k and check the nucleus; joint
+    rows with k > 256 (FIB_SAMPLING_REJECT_JOINT_MIN_K) draw from the whole row and check the top-k
+    rank, min-p and the row's nucleus per candidate, on peaked rows only (flat ones: the candidate
+    path); a row whose rounds all fall outside draws again on the exact path. auto: B=989 rows take
+    the filter kernel (its own tail); cluster4: the resident-row cluster kernel."""
+    gen = torch.Generator().manual_seed(V + k + int(p * 100))
+    for _ in range(20):
+        lg = make_row(V, kind, gen)
+        row = lg if src == "logits" else torch.softmax(lg.double(), 0).float()
+        q, margin = ref_kept(row, src == "logits", k=k, p=p, min_p=mp or None, joint=order == "joint")
+        if margin > 1e-5:
+            break
+    rows, calls = 989, 1061
+    fn = S.top_k_top_p_sampling_from_logits if src == "logits" else S.top_k_top_p_sampling_from_probs
+    if mp:  # no public entry takes top-k, top-p and min-p together: the wrapper's one call
+        flags = S._SAMPLE | (S._LOGITS if src == "logits" else 0) | S._joint(order)
+        counts = draw_counts(lambda x, **kw: S._call(x, flags, top_k=k, top_p=p, min_p=mp, **kw), row, rows, calls)
+    else:
+        counts = draw_counts(fn, row, rows, calls, top_k=k, top_p=p, filter_apply_order=order)
+    assert_distribution(counts, q, rows * calls,
+                        f"large k V={V} k={k} p={p} min_p={mp} {kind} {src} {order} (margin {margin:.2g}) {force_path}")
+
+
 @pytest.mark.parametrize("V,p,kind,src", [
     (128256, 0.9, "flat", "probs"),
     (151936, 0.3, "flat", "logits"),  # acceptance ~0.3: a round passes ~1/4 of the rows on, ~0.3% reach the exact path

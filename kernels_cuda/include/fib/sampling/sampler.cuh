@@ -59,6 +59,9 @@ struct Params {
   // chunks per row, bytes per row
   unsigned char* ws;
   int split_C, ws_row_bytes;
+  // sample_row: top-k rows sample top-p by rejection when k > rej_min_k (top_k_first, 4r.) or
+  // k > rej_joint_min_k (joint, 1r.); 0: never
+  int rej_min_k, rej_joint_min_k;
   int split_stream_rows;  // the launch has kStreamSmem of dynamic shared memory: rows with k > kSplitMaxK
                           // run stream_row (else sample_row)
 };
@@ -485,6 +488,114 @@ __device__ __forceinline__ uint64_t row_draw_target(const Params& p, int row, ui
   return __umul64hi(row_random64(row_seed(p, row), row_offset(p, row), static_cast<uint32_t>(row), tag), tot);
 }
 
+// Rejection rounds for sampling with top-p (exact): round j draws four candidates from the weights
+// kept by (lo, cut) (inverse CDF in token order through the spans; total / mine / ex / base come
+// from span_masses over the same set) and accepts the first candidate c such that the tokens of a
+// strictly larger key have mass < target, and (rank_k > 0) fewer than rank_k tokens precede c in
+// (value desc, index asc) order, i.e. c is in the top-k with the lower-index tie rule, and key(c) >=
+// kmin (min-p). Exact: the first accepted of independent draws follows the kept weights restricted
+// to the accepted set. Round 0 uses the tags kTagDraw / kTagCand, round j kTagRound + 2j, + 2j + 1.
+// Returns the token's row index (cluster-uniform), or -1 when all kRejRounds rounds fall outside.
+// scr: kRejScratch u64 at the same shared-memory offset in every CTA of the cluster (written
+// remotely; free from the first cluster barrier inside to the last). All threads of every rank.
+constexpr int kRejScratch = 4 + 8 * kMaxCluster + 8 * kWarps;
+// 1r. (joint, large k) is tried only on rows whose mass is at most this many times the top token's
+constexpr uint64_t kRejJointSpan = 256;
+template <bool RANK, class KeyAt>  // RANK: rank_k > 0 (a top-k rank to check; separate to keep registers)
+__device__ __forceinline__ int64_t reject_rounds(const Params& p, int row, int64_t start, const uint32_t* skeys,
+                                                 bool resident, KeyAt&& key_at, Span sp, uint32_t lo, int cut,
+                                                 const WeightCtx& wc, uint32_t rank, uint32_t S, uint64_t total,
+                                                 uint64_t mine, uint64_t ex, uint64_t base, uint64_t target, int rank_k,
+                                                 uint32_t kmin, uint64_t* scr) {
+  uint64_t* const cand = scr;  // [4]: (key << 32 | row index) of this round's candidates
+  uint64_t(*const rsum)[4] = reinterpret_cast<uint64_t(*)[4]>(scr + 4);                   // [rank][c] masses
+  uint64_t(*const rcnt)[4] = reinterpret_cast<uint64_t(*)[4]>(scr + 4 + 4 * kMaxCluster);  // [rank][c] counts
+  uint64_t(*const r4)[kWarps] = reinterpret_cast<uint64_t(*)[kWarps]>(scr + 4 + 8 * kMaxCluster);
+  uint64_t(*const c4)[kWarps] = reinterpret_cast<uint64_t(*)[kWarps]>(scr + 4 + 8 * kMaxCluster + 4 * kWarps);
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+  const uint64_t seed = row_seed(p, row), off = row_offset(p, row);
+  for (int round = 0; round < kRejRounds; ++round) {
+    uint64_t r[4];
+    row_random128(seed, off, static_cast<uint32_t>(row), round == 0 ? kTagDraw : kTagRound + 2u * round, &r[0], &r[1]);
+    row_random128(seed, off, static_cast<uint32_t>(row), round == 0 ? kTagCand : kTagRound + 2u * round + 1u, &r[2],
+                  &r[3]);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint64_t tgt = __umul64hi(r[c], total);
+      const bool own = tgt >= base && tgt - base >= ex && tgt - base < ex + mine;  // one thread of the cluster
+      const int i = warp_span_hit(own, sp, ex, tgt - base, lo, cut, wc, key_at);
+      if (own) {
+        const uint64_t v = (static_cast<uint64_t>(key_at(i)) << 32) | static_cast<uint32_t>(start + i);
+        for (uint32_t q = 0; q < S; ++q) *cl_remote(&cand[c], q) = v;
+      }
+    }
+    cl_sync();  // (also: every rank has read the previous round's sums)
+    FIB_PROF(12);
+    uint32_t ck[4], ci[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      ck[c] = static_cast<uint32_t>(cand[c] >> 32);
+      ci[c] = static_cast<uint32_t>(cand[c]);
+    }
+    const uint32_t cmin = min(min(ck[0], ck[1]), min(ck[2], ck[3]));
+    uint64_t A[4] = {0ull, 0ull, 0ull, 0ull}, C[4] = {0ull, 0ull, 0ull, 0ull};
+    for_span4(skeys, resident, key_at, sp, [&](const uint32_t (&k)[4], int j, int cnt) {
+      const uint32_t mx = max(max(k[0], k[1]), max(k[2], k[3]));
+      if (RANK ? mx < cmin : mx <= cmin) return;  // no key above (or, counting, at) any candidate
+      uint64_t w[4];
+      weights4(k, wc, w);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const uint64_t wt = t < cnt ? w[t] : 0ull;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) A[c] += k[t] > ck[c] ? wt : 0ull;
+      }
+      if constexpr (RANK) {
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const uint32_t idx = static_cast<uint32_t>(start + j + t);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) C[c] += (t < cnt && (k[t] > ck[c] || (k[t] == ck[c] && idx < ci[c]))) ? 1ull : 0ull;
+        }
+      }
+    });
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint64_t v = warp_sum_u64(A[c]);
+      const uint64_t u = RANK ? warp_sum_u64(C[c]) : 0ull;
+      if (lane == 0) {
+        r4[c][wid] = v;
+        c4[c][wid] = u;
+      }
+    }
+    __syncthreads();
+    FIB_PROF(13);
+    if (tid < 4) {
+      uint64_t v = 0, u = 0;
+      for (int w = 0; w < kWarps; ++w) {
+        v += r4[tid][w];
+        u += c4[tid][w];
+      }
+      for (uint32_t q = 0; q < S; ++q) {
+        *cl_remote(&rsum[rank][tid], q) = v;
+        *cl_remote(&rcnt[rank][tid], q) = u;
+      }
+    }
+    cl_sync();  // (also: every rank has read this round's candidates)
+    FIB_PROF(14);
+    for (int c = 0; c < 4; ++c) {
+      uint64_t a = 0, n = 0;
+      for (uint32_t q = 0; q < S; ++q) {
+        a += rsum[q][c];
+        n += rcnt[q][c];
+      }
+      if (a < target && (!RANK || n < static_cast<uint64_t>(rank_k)) && ck[c] >= kmin)
+        return static_cast<int64_t>(ci[c]);  // (cluster-uniform) no remote access follows
+    }
+  }
+  return -1;
+}
+
 // finish_sorted for nc <= 64 candidates, by warp 0 alone (no block barriers):
 // same weights, same exact top-p rule (ties kept together), same inverse-CDF draw, same token.
 __device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t* G, int nc, const WeightCtx& wc,
@@ -768,6 +879,49 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   int cut = 0x7fffffff;
   int stage = 1;
 
+  // Rows that sample top-p by rejection (top_p >= 0.25, finite weights): top-p alone (4r.), top-k
+  // first with k > p.rej_min_k (4r., after the top-k select and min-p: each candidate is accepted
+  // with probability >= top_p; these rows never take the candidate paths 2a. / 4a.) and peaked joint
+  // rows with k > p.rej_joint_min_k (1r.: the top-k, min-p and the nucleus are checked per
+  // candidate, no select at all). A row whose rounds all fall outside draws again (tag kTagRetry)
+  // on the exact radix path (4., 5b.), not on a candidate path (those draw with kTagDraw).
+  const bool rej_ok = p.mode == kSample && use_p && tp >= 0.25f && (wc.kind == 0 || wc.kind == 1);
+  const bool rej_p = rej_ok && !use_k && !use_m;
+  const bool rej_k_first = rej_ok && use_k && !p.joint && p.rej_min_k > 0 && k > p.rej_min_k;
+  const bool rej_joint = rej_ok && use_k && p.joint && p.rej_joint_min_k > 0 && k > p.rej_joint_min_k &&
+                         p.hist_bytes > 0;
+  bool no_cand = rej_k_first;  // the candidate paths are closed to this row
+  uint32_t draw_tag = kTagDraw;
+  const Span sp = thread_span(n);
+  auto key_at = [&](int i) -> uint32_t { return FIB_KEY(i); };
+
+  // ---- 1r. joint with a large k, peaked rows: candidates from the whole row, accepted when in the
+  // top-k, above the min-p threshold and in the nucleus of the whole row (the three kept sets are
+  // all "at least this key" sets, so each check is one count or mass). Only where the top token
+  // alone holds >= 1/kRejJointSpan of the row's mass (it is always kept, so each candidate is
+  // accepted with at least that probability); flat rows go to the exact path at once.
+  if (rej_joint) {
+    uint64_t* const scr = hbuf(1);  // unused until the top-k's first radix pass
+    static_assert(kMaxCluster + kRejScratch <= kHistBufBytes / 8, "rejection scratch fits a histogram buffer");
+    uint64_t mine, ex, base;
+    const uint64_t total =
+        span_masses(skeys, resident, key_at, sp, 0u, 0x7fffffff, wc, rank, S, sh_scratch, scr, &mine, &ex, &base);
+    FIB_PROF(11);
+    if (total > 0 && total / static_cast<uint64_t>(kRejJointSpan) <= weight_of(maxkey, wc)) {  // (cluster-uniform)
+      const double tt = ceil(static_cast<double>(tp) * static_cast<double>(total));
+      const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
+      const uint32_t kmin = use_m ? f2key(min_p_threshold(wc, logits, T, mp)) : 0u;
+      const int64_t tok = reject_rounds<true>(p, row, start, skeys, resident, key_at, sp, 0u, 0x7fffffff, wc, rank, S, total,
+                                        mine, ex, base, target, k, kmin, scr + kMaxCluster);
+      if (tok >= 0) {
+        if (rank == 0 && tid == 0) p.out_idx[row] = tok;
+        return;
+      }
+      draw_tag = kTagRetry;
+      no_cand = true;
+    }
+  }
+
   // ---- 2. top-k
   if (use_k) {
     cluster_select(cnt0, sh_csum[0], S, static_cast<uint64_t>(k), &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp,
@@ -777,7 +931,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     // ---- 2a. direct candidates: when at most 2048 tokens of the row lie at or above L (the usual
     // case for k up to a few hundred), gather them into rank 0 and select exactly there (sorted by
     // value desc, index asc: the top k of that order are the top-k with the lower-index tie rule).
-    if (p.mode == kSample && k <= kCand && L > 0 && wc.kind != 3) {
+    if (p.mode == kSample && k <= kCand && L > 0 && wc.kind != 3 && !no_cand) {
       uint64_t* list = hbuf(1);  // buffer 1: not used yet
       if (tid == 0) sh_cnt = 0;
       __syncthreads();
@@ -947,7 +1101,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 
   // ---- 4a. candidate path (sampling with top-k <= 2048): gather the kept tokens into rank 0,
   // sort them (value desc, index asc), exact top-p on the sorted prefix sums, inverse-CDF draw.
-  if (p.mode == kSample && use_k && k <= kCand && wc.kind != 3) {
+  if (p.mode == kSample && use_k && k <= kCand && wc.kind != 3 && !no_cand) {
     uint64_t* list = hbuf(stage);   // free: last used two barriers ago
     uint64_t* G = hbuf(stage + 1);  // free after the next barrier
     if (tid == 0) sh_cnt = 0;
@@ -994,92 +1148,32 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     return;
   }
 
-  // ---- 4r. top-p alone by rejection (top_p >= 0.25): rounds of four candidates drawn from the
-  // whole row (inverse CDF, token order); candidate j is in the nucleus iff the mass of strictly
-  // larger tokens is below the target (the rule of 4.), checked for all four in one pass; the first
-  // accepted candidate is the token. Exact: the first accepted of independent draws from w follows
+  // ---- 4r. top-p by rejection (top_p >= 0.25), alone or after a large top-k (and min-p): rounds
+  // of four candidates drawn from the kept tokens (inverse CDF, token order); candidate j is in the
+  // nucleus iff the mass of strictly larger tokens (all kept) is below the target (the rule of 4.),
+  // checked for all four in one pass; the first accepted candidate is the token. Exact: the first accepted of independent draws from w follows
   // w restricted to the nucleus. Up to kRejRounds rounds (the first uses tags kTagDraw/kTagCand,
   // round j kTagRound + 2j, + 2j + 1): a row falls to the exact path below, with a fresh draw (tag
   // kTagRetry), with probability <= (1 - top_p)^(4 kRejRounds). One round alone left 6% of the
   // rows at top_p = 0.5 to the exact path, and one such row holds up a whole batch.
-  uint32_t draw_tag = kTagDraw;
-  const Span sp = thread_span(n);
-  auto key_at = [&](int i) -> uint32_t { return FIB_KEY(i); };
-  if (p.mode == kSample && use_p && !use_k && !use_m && tp >= 0.25f && (wc.kind == 0 || wc.kind == 1)) {
-    // without top-k the pushed coarse sums (sh_pcsum, 4 KB) are unused on this row in every rank:
-    // CTA masses [8], candidates [4], the candidates' masses per rank [8][4], block partials [4][16]
+  if (rej_p || rej_k_first) {
+    // top-p alone: the pushed coarse sums (sh_pcsum, 4 KB) are unused on this row in every rank;
+    // top-k first: no rank reads them after the top-k's first select (long before: cluster
+    // barriers since). Span totals [kMaxCluster], then the rounds' scratch.
     uint64_t* const sh_rtot = sh_pcsum;
-    uint64_t* const sh_cand = sh_pcsum + kMaxCluster;
-    uint64_t(*const sh_rsum)[4] = reinterpret_cast<uint64_t(*)[4]>(sh_pcsum + kMaxCluster + 4);
-    uint64_t(*const sh_r4)[kWarps] = reinterpret_cast<uint64_t(*)[kWarps]>(sh_pcsum + 5 * kMaxCluster + 4);
-    static_assert(5 * kMaxCluster + 4 + 4 * kWarps <= kMaxCluster * kGroups, "rejection scratch fits sh_pcsum");
+    static_assert(kMaxCluster + kRejScratch <= kMaxCluster * kGroups, "rejection scratch fits sh_pcsum");
     uint64_t mine, ex, base;
     const uint64_t total =
-        span_masses(skeys, resident, key_at, sp, 0u, 0x7fffffff, wc, rank, S, sh_scratch, sh_rtot, &mine, &ex, &base);
+        span_masses(skeys, resident, key_at, sp, lo, cut, wc, rank, S, sh_scratch, sh_rtot, &mine, &ex, &base);
     FIB_PROF(11);
     if (total > 0) {  // (cluster-uniform)
-      const uint64_t seed = row_seed(p, row), off = row_offset(p, row);
       const double tt = ceil(static_cast<double>(tp) * static_cast<double>(total));
       const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
-      // up to kRejRounds rounds of four candidates (the spans' masses above serve every round)
-      for (int round = 0; round < kRejRounds; ++round) {
-        uint64_t r[4];
-        row_random128(seed, off, static_cast<uint32_t>(row), round == 0 ? kTagDraw : kTagRound + 2u * round, &r[0],
-                      &r[1]);
-        row_random128(seed, off, static_cast<uint32_t>(row), round == 0 ? kTagCand : kTagRound + 2u * round + 1u,
-                      &r[2], &r[3]);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const uint64_t tgt = __umul64hi(r[c], total);
-          const bool own = tgt >= base && tgt - base >= ex && tgt - base < ex + mine;  // one thread of the cluster
-          const int i = warp_span_hit(own, sp, ex, tgt - base, 0u, 0x7fffffff, wc, key_at);
-          if (own) {
-            const uint64_t v = (static_cast<uint64_t>(FIB_KEY(i)) << 32) | static_cast<uint32_t>(start + i);
-            for (uint32_t q = 0; q < S; ++q) *cl_remote(&sh_cand[c], q) = v;
-          }
-        }
-        cl_sync();  // (also: every rank has read the previous round's sh_rsum)
-        FIB_PROF(12);
-        uint32_t ck[4];
-#pragma unroll
-        for (int c = 0; c < 4; ++c) ck[c] = static_cast<uint32_t>(sh_cand[c] >> 32);
-        const uint32_t cmin = min(min(ck[0], ck[1]), min(ck[2], ck[3]));
-        uint64_t A[4] = {0ull, 0ull, 0ull, 0ull};
-        for_span4(skeys, resident, key_at, sp, [&](const uint32_t (&k)[4], int, int cnt) {
-          if (max(max(k[0], k[1]), max(k[2], k[3])) <= cmin) return;  // no key above any candidate
-          uint64_t w[4];
-          weights4(k, wc, w);
-#pragma unroll
-          for (int t = 0; t < 4; ++t) {
-            const uint64_t wt = t < cnt ? w[t] : 0ull;
-#pragma unroll
-            for (int c = 0; c < 4; ++c) A[c] += k[t] > ck[c] ? wt : 0ull;
-          }
-        });
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const uint64_t v = warp_sum_u64(A[c]);
-          if (lane == 0) sh_r4[c][wid] = v;
-        }
-        __syncthreads();
-        FIB_PROF(13);
-        if (tid < 4) {
-          uint64_t v = 0;
-          for (int w = 0; w < kWarps; ++w) v += sh_r4[tid][w];
-          for (uint32_t q = 0; q < S; ++q) *cl_remote(&sh_rsum[rank][tid], q) = v;
-        }
-        cl_sync();  // (also: every rank has read this round's sh_cand)
-        FIB_PROF(14);
-        int acc = -1;
-        for (int c = 0; c < 4 && acc < 0; ++c) {
-          uint64_t a = 0;
-          for (uint32_t q = 0; q < S; ++q) a += sh_rsum[q][c];
-          if (a < target) acc = c;
-        }
-        if (acc >= 0) {  // (cluster-uniform) no remote access follows
-          if (rank == 0 && tid == 0) p.out_idx[row] = static_cast<int64_t>(static_cast<uint32_t>(sh_cand[acc]));
-          return;
-        }
+      const int64_t tok = reject_rounds<false>(p, row, start, skeys, resident, key_at, sp, lo, cut, wc, rank, S, total, mine,
+                                        ex, base, target, 0, 0u, sh_pcsum + kMaxCluster);
+      if (tok >= 0) {
+        if (rank == 0 && tid == 0) p.out_idx[row] = tok;
+        return;
       }
       draw_tag = kTagRetry;
     }
