@@ -5,7 +5,8 @@ to avoid that too), launched on the caller's current CUDA stream (apache-tvm-ffi
 torch's current stream). Which kernel runs (resident-row cluster kernel, streaming kernel, the
 one-pass filter kernel for large top-k sampling batches on sm_90, or the split-row kernel for
 small top-k sampling batches before sm_90) is decided per call from B, V and the dtype; every
-kernel gives the same tokens for the same inputs (docs/kernels.md). The split-row kernel keeps a
+kernel gives the same tokens for the same inputs (docs/kernels.md), except large-k rows, which the
+cluster kernel samples by rejection (below): same distribution, another token. The split-row kernel keeps a
 workspace per device and stream (4 MB and up, allocated on first use and grown with the batch,
 also during graph capture; never freed, as captured graphs may point at it).
 
@@ -34,7 +35,10 @@ Semantics (documented rules; the tests check them):
   the whole row and returns the first that lies in the nucleus (exact: the first accepted of
   independent draws follows the nucleus distribution), or, when all sixteen fall outside
   (probability <= (1-top_p)^16; top_p < 0.25 always), one fresh draw inside the exactly computed
-  nucleus. Pass ``seed``/``offset`` as Python ints or as int64 device tensors of 1 or B entries
+  nucleus. The same rounds serve large k in the cluster kernel: top_k_first rows with top_k > 1024
+  draw the candidates from the kept top-k, joint rows with top_k > 256 whose top token holds >= 1/256
+  of the row's mass draw them from the whole row and also check the candidate's top-k rank and
+  min-p (``FIB_SAMPLING_REJECT_MIN_K`` / ``FIB_SAMPLING_REJECT_JOINT_MIN_K``). Pass ``seed``/``offset`` as Python ints or as int64 device tensors of 1 or B entries
   (read on the device: CUDA-graph safe; the caller advances the offset, by 1 per call is enough).
   Without them a process-wide counter is used (seed from ``torch.initial_seed()``, offset
   incremented per call): fine eagerly, frozen inside a CUDA graph.

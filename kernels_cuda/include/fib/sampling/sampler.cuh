@@ -15,7 +15,10 @@
 //     renormalised) or the whole row ("joint", unrenormalised). Top-p alone (top_p >= 0.25)
 //     first tries rejection: up to four rounds of four candidates drawn from the whole row, each
 //     round checked against the same rule in one pass (4r.); the exact radix path runs only when
-//     all sixteen fall outside.
+//     all sixteen fall outside. The same rounds serve large k (reject_rounds): top_k_first rows
+//     with k > rej_min_k draw from the kept top-k (4r., no gather or sort of the k tokens), peaked
+//     joint rows with k > rej_joint_min_k draw from the whole row and check each candidate's top-k
+//     rank, min-p and nucleus in the same pass (1r., before any select).
 //  5. Draw: one Philox4x32-10 number per row, keyed by (seed, offset, row), selects a point of
 //     the integer CDF of the kept weights in token order (exact, monotone, deterministic,
 //     independent of the cluster geometry), located through per-thread spans (one cluster
@@ -501,6 +504,7 @@ __device__ __forceinline__ uint64_t row_draw_target(const Params& p, int row, ui
 constexpr int kRejScratch = 4 + 8 * kMaxCluster + 8 * kWarps;
 // 1r. (joint, large k) is tried only on rows whose mass is at most this many times the top token's
 constexpr uint64_t kRejJointSpan = 256;
+// (Inlined: a __noinline__ build was 1.2-2x slower on every sampler_kernel path, H200.)
 template <bool RANK, class KeyAt>  // RANK: rank_k > 0 (a top-k rank to check; separate to keep registers)
 __device__ __forceinline__ int64_t reject_rounds(const Params& p, int row, int64_t start, const uint32_t* skeys,
                                                  bool resident, KeyAt&& key_at, Span sp, uint32_t lo, int cut,
@@ -881,19 +885,19 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 
   // Rows that sample top-p by rejection (top_p >= 0.25, finite weights): top-p alone (4r.), top-k
   // first with k > p.rej_min_k (4r., after the top-k select and min-p: each candidate is accepted
-  // with probability >= top_p; these rows never take the candidate paths 2a. / 4a.) and peaked joint
-  // rows with k > p.rej_joint_min_k (1r.: the top-k, min-p and the nucleus are checked per
-  // candidate, no select at all). A row whose rounds all fall outside draws again (tag kTagRetry)
-  // on the exact radix path (4., 5b.), not on a candidate path (those draw with kTagDraw).
+  // with probability >= top_p) and peaked joint rows with k > p.rej_joint_min_k (1r.: the top-k,
+  // min-p and the nucleus are checked per candidate, no select at all). A row whose rounds all fall
+  // outside draws again (tag kTagRetry) on the exact radix path (4., 5b.), not on a candidate path
+  // (those draw with kTagDraw).
   const bool rej_ok = p.mode == kSample && use_p && tp >= 0.25f && (wc.kind == 0 || wc.kind == 1);
   const bool rej_p = rej_ok && !use_k && !use_m;
   const bool rej_k_first = rej_ok && use_k && !p.joint && p.rej_min_k > 0 && k > p.rej_min_k;
   const bool rej_joint = rej_ok && use_k && p.joint && p.rej_joint_min_k > 0 && k > p.rej_joint_min_k &&
                          p.hist_bytes > 0;
-  bool no_cand = rej_k_first;  // the candidate paths are closed to this row
+  // the candidate paths (gather, sort) are closed to rows with k > p.rej_min_k in either order: the
+  // exact radix path is faster there (H200, joint flat k=2048 B=1 V=32000: 36.1 -> 27.0 us)
+  bool no_cand = rej_ok && use_k && p.rej_min_k > 0 && k > p.rej_min_k;
   uint32_t draw_tag = kTagDraw;
-  const Span sp = thread_span(n);
-  auto key_at = [&](int i) -> uint32_t { return FIB_KEY(i); };
 
   // ---- 1r. joint with a large k, peaked rows: candidates from the whole row, accepted when in the
   // top-k, above the min-p threshold and in the nucleus of the whole row (the three kept sets are
@@ -901,6 +905,8 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   // alone holds >= 1/kRejJointSpan of the row's mass (it is always kept, so each candidate is
   // accepted with at least that probability); flat rows go to the exact path at once.
   if (rej_joint) {
+    const Span sp = thread_span(n);
+    auto key_at = [&](int i) -> uint32_t { return FIB_KEY(i); };
     uint64_t* const scr = hbuf(1);  // unused until the top-k's first radix pass
     static_assert(kMaxCluster + kRejScratch <= kHistBufBytes / 8, "rejection scratch fits a histogram buffer");
     uint64_t mine, ex, base;
@@ -1151,15 +1157,97 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   // ---- 4r. top-p by rejection (top_p >= 0.25), alone or after a large top-k (and min-p): rounds
   // of four candidates drawn from the kept tokens (inverse CDF, token order); candidate j is in the
   // nucleus iff the mass of strictly larger tokens (all kept) is below the target (the rule of 4.),
-  // checked for all four in one pass; the first accepted candidate is the token. Exact: the first accepted of independent draws from w follows
-  // w restricted to the nucleus. Up to kRejRounds rounds (the first uses tags kTagDraw/kTagCand,
-  // round j kTagRound + 2j, + 2j + 1): a row falls to the exact path below, with a fresh draw (tag
-  // kTagRetry), with probability <= (1 - top_p)^(4 kRejRounds). One round alone left 6% of the
-  // rows at top_p = 0.5 to the exact path, and one such row holds up a whole batch.
-  if (rej_p || rej_k_first) {
-    // top-p alone: the pushed coarse sums (sh_pcsum, 4 KB) are unused on this row in every rank;
-    // top-k first: no rank reads them after the top-k's first select (long before: cluster
-    // barriers since). Span totals [kMaxCluster], then the rounds' scratch.
+  // checked for all four in one pass; the first accepted candidate is the token. Exact: the first
+  // accepted of independent draws from w follows w restricted to the nucleus. Up to kRejRounds
+  // rounds (the first uses tags kTagDraw/kTagCand, round j kTagRound + 2j, + 2j + 1): a row falls to
+  // the exact path below, with a fresh draw (tag kTagRetry), with probability <= (1 - top_p)^(4
+  // kRejRounds). One round alone left 6% of the rows at top_p = 0.5 to the exact path, and one such
+  // row holds up a whole batch. Top-p alone keeps its own copy of the rounds: through
+  // reject_rounds it timed ~10% slower (H200, B=512 V=128256 257 -> 283 us; register pressure).
+  const Span sp = thread_span(n);
+  auto key_at = [&](int i) -> uint32_t { return FIB_KEY(i); };
+  if (rej_p) {
+    // without top-k the pushed coarse sums (sh_pcsum, 4 KB) are unused on this row in every rank:
+    // CTA masses [8], candidates [4], the candidates' masses per rank [8][4], block partials [4][16]
+    uint64_t* const sh_rtot = sh_pcsum;
+    uint64_t* const sh_cand = sh_pcsum + kMaxCluster;
+    uint64_t(*const sh_rsum)[4] = reinterpret_cast<uint64_t(*)[4]>(sh_pcsum + kMaxCluster + 4);
+    uint64_t(*const sh_r4)[kWarps] = reinterpret_cast<uint64_t(*)[kWarps]>(sh_pcsum + 5 * kMaxCluster + 4);
+    static_assert(5 * kMaxCluster + 4 + 4 * kWarps <= kMaxCluster * kGroups, "rejection scratch fits sh_pcsum");
+    uint64_t mine, ex, base;
+    const uint64_t total =
+        span_masses(skeys, resident, key_at, sp, 0u, 0x7fffffff, wc, rank, S, sh_scratch, sh_rtot, &mine, &ex, &base);
+    FIB_PROF(11);
+    if (total > 0) {  // (cluster-uniform)
+      const uint64_t seed = row_seed(p, row), off = row_offset(p, row);
+      const double tt = ceil(static_cast<double>(tp) * static_cast<double>(total));
+      const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
+      // up to kRejRounds rounds of four candidates (the spans' masses above serve every round)
+      for (int round = 0; round < kRejRounds; ++round) {
+        uint64_t r[4];
+        row_random128(seed, off, static_cast<uint32_t>(row), round == 0 ? kTagDraw : kTagRound + 2u * round, &r[0],
+                      &r[1]);
+        row_random128(seed, off, static_cast<uint32_t>(row), round == 0 ? kTagCand : kTagRound + 2u * round + 1u,
+                      &r[2], &r[3]);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const uint64_t tgt = __umul64hi(r[c], total);
+          const bool own = tgt >= base && tgt - base >= ex && tgt - base < ex + mine;  // one thread of the cluster
+          const int i = warp_span_hit(own, sp, ex, tgt - base, 0u, 0x7fffffff, wc, key_at);
+          if (own) {
+            const uint64_t v = (static_cast<uint64_t>(FIB_KEY(i)) << 32) | static_cast<uint32_t>(start + i);
+            for (uint32_t q = 0; q < S; ++q) *cl_remote(&sh_cand[c], q) = v;
+          }
+        }
+        cl_sync();  // (also: every rank has read the previous round's sh_rsum)
+        FIB_PROF(12);
+        uint32_t ck[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) ck[c] = static_cast<uint32_t>(sh_cand[c] >> 32);
+        const uint32_t cmin = min(min(ck[0], ck[1]), min(ck[2], ck[3]));
+        uint64_t A[4] = {0ull, 0ull, 0ull, 0ull};
+        for_span4(skeys, resident, key_at, sp, [&](const uint32_t (&k)[4], int, int cnt) {
+          if (max(max(k[0], k[1]), max(k[2], k[3])) <= cmin) return;  // no key above any candidate
+          uint64_t w[4];
+          weights4(k, wc, w);
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            const uint64_t wt = t < cnt ? w[t] : 0ull;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) A[c] += k[t] > ck[c] ? wt : 0ull;
+          }
+        });
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const uint64_t v = warp_sum_u64(A[c]);
+          if (lane == 0) sh_r4[c][wid] = v;
+        }
+        __syncthreads();
+        FIB_PROF(13);
+        if (tid < 4) {
+          uint64_t v = 0;
+          for (int w = 0; w < kWarps; ++w) v += sh_r4[tid][w];
+          for (uint32_t q = 0; q < S; ++q) *cl_remote(&sh_rsum[rank][tid], q) = v;
+        }
+        cl_sync();  // (also: every rank has read this round's sh_cand)
+        FIB_PROF(14);
+        int acc = -1;
+        for (int c = 0; c < 4 && acc < 0; ++c) {
+          uint64_t a = 0;
+          for (uint32_t q = 0; q < S; ++q) a += sh_rsum[q][c];
+          if (a < target) acc = c;
+        }
+        if (acc >= 0) {  // (cluster-uniform) no remote access follows
+          if (rank == 0 && tid == 0) p.out_idx[row] = static_cast<int64_t>(static_cast<uint32_t>(sh_cand[acc]));
+          return;
+        }
+      }
+      draw_tag = kTagRetry;
+    }
+  }
+  if (rej_k_first) {
+    // the pushed coarse sums (sh_pcsum, 4 KB): no rank reads them after the top-k's first select
+    // (cluster barriers since). Span totals [kMaxCluster], then the rounds' scratch.
     uint64_t* const sh_rtot = sh_pcsum;
     static_assert(kMaxCluster + kRejScratch <= kMaxCluster * kGroups, "rejection scratch fits sh_pcsum");
     uint64_t mine, ex, base;
