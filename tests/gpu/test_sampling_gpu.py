@@ -241,9 +241,10 @@ def test_distribution_large_k_rejection(V, k, p, mp, kind, src, order, force_pat
     """Large-k rows sample top-p by rejection in the cluster kernel (sample_row): top-k-first rows
     with k > 1024 (FIB_SAMPLING_REJECT_MIN_K) draw from the kept top-k and check the nucleus; joint
     rows with k > 256 (FIB_SAMPLING_REJECT_JOINT_MIN_K) draw from the whole row and check the top-k
-    rank, min-p and the row's nucleus per candidate, on peaked rows only (flat ones: the candidate
-    path); a row whose rounds all fall outside draws again on the exact path. auto: B=989 rows take
-    the filter kernel (its own tail); cluster4: the resident-row cluster kernel."""
+    rank, min-p and the row's nucleus per candidate, on peaked rows only (flat ones: the exact radix
+    path for k > 1024, else the candidate path); a row whose rounds all fall outside draws again on
+    the exact path. auto: B=989 rows take the filter kernel (its own tail); cluster4: the
+    resident-row cluster kernel."""
     gen = torch.Generator().manual_seed(V + k + int(p * 100))
     for _ in range(20):
         lg = make_row(V, kind, gen)
