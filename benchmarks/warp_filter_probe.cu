@@ -92,6 +92,21 @@ __device__ __forceinline__ uint64_t wmin64(uint64_t v) {
   return v;
 }
 
+// The value of rank r (0 = largest; ties to the lower lane) among lanes 0..n-1 of the warp
+// (every lane gets it; all 32 lanes call; lanes >= n take no part).
+template <class T>
+__device__ __forceinline__ T warp_rank_pick(T v, int n, int r) {
+  const int lane = threadIdx.x & 31;
+  int rank = 0;
+#pragma unroll
+  for (int o = 0; o < 32; ++o) {
+    const T u = __shfl_sync(0xffffffffu, v, o);
+    rank += (o < n && (u > v || (u == v && o < lane))) ? 1 : 0;
+  }
+  const uint32_t at = __ballot_sync(0xffffffffu, lane < n && rank == r);
+  return __shfl_sync(0xffffffffu, v, __ffs(at) - 1);
+}
+
 // Exact k-th largest of the n (unique) entries of buf, one warp, hist: 256 words of its own.
 __device__ uint64_t warp_kth(const uint64_t* buf, int n, int k, uint32_t* hist) {
   const int lane = threadIdx.x & 31;
@@ -224,26 +239,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     const float4* q = r[0];
     float mx = fmaxf(fmaxf(fmaxf(q[0].x, q[0].y), fmaxf(q[0].z, q[0].w)), fmaxf(fmaxf(q[1].x, q[1].y), fmaxf(q[1].z, q[1].w)));
     const int j = (k + kWarps - 1) / kWarps;
-    int rk = 0;
-#pragma unroll
-    for (int o = 0; o < 32; ++o) {
-      const float v = __shfl_sync(0xffffffffu, mx, o);
-      rk += (v > mx || (v == mx && o < lane)) ? 1 : 0;
-    }
-    const uint32_t at = __ballot_sync(0xffffffffu, rk == j - 1);
-    const float a = __shfl_sync(0xffffffffu, mx, __ffs(at) - 1);
+    const float a = warp_rank_pick(mx, 32, j - 1);
     if (lane == 0) s_a[wid] = a;
     __syncthreads();
     const int m = (k + j - 1) / j;  // <= 16
-    const float v = lane < kWarps ? s_a[lane] : -INFINITY;
-    int rv = 0;
-#pragma unroll
-    for (int o = 0; o < kWarps; ++o) {
-      const float u = __shfl_sync(0xffffffffu, v, o);
-      rv += (u > v || (u == v && o < lane)) ? 1 : 0;
-    }
-    const uint32_t at2 = __ballot_sync(0xffffffffu, lane < kWarps && rv == m - 1);
-    const float T0 = __shfl_sync(0xffffffffu, v, __ffs(at2) - 1);
+    const float T0 = warp_rank_pick(lane < kWarps ? s_a[lane] : -INFINITY, kWarps, m - 1);
     own = static_cast<uint64_t>(f2key(T0)) << 32;  // every token >= T0 has a composite >= own
   }
   for (int st0 = 0; st0 < nsteps; st0 += DEPTH) {
@@ -342,14 +342,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                 if (lane == 0) *reinterpret_cast<volatile unsigned long long*>(&s_q[wid]) = q;
                 __syncwarp();
                 const uint64_t v = lane < kWarps ? *reinterpret_cast<volatile unsigned long long*>(&s_q[lane]) : 0ull;
-                int rank = 0;
-#pragma unroll
-                for (int j = 0; j < kWarps; ++j) {
-                  const uint64_t o = __shfl_sync(0xffffffffu, v, j);
-                  rank += (o > v || (o == v && j < lane)) ? 1 : 0;
-                }
-                const uint32_t at = __ballot_sync(0xffffffffu, lane < kWarps && rank == kWarps - 4);
-                const uint64_t T = __shfl_sync(0xffffffffu, v, __ffs(at) - 1);
+                const uint64_t T = warp_rank_pick(v, kWarps, kWarps - 4);
                 tnew = T > own ? T : own;
               }
               if (lane == 0) atomicMax(&s_tau, static_cast<unsigned long long>(tnew));
