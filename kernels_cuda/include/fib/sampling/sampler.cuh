@@ -466,6 +466,37 @@ __device__ __forceinline__ void bitonic_sort_desc(uint64_t* G, int P) {
   }
 }
 
+// The first kk (<= n) entries of G[0..n) in descending order (unique composites, n <= kCand, G
+// zero-padded to the sort size as bitonic_sort_desc needs): returns where they lie. n <= 64 or
+// n > kRankSortMax: sorted in place (warp shuffles, the bitonic network). 64 < n <= kRankSortMax:
+// ranks by counting, written to D[0..kk) (D must not overlap G[0..n)): entry i's rank is the
+// number of larger entries, counted by 2-4 adjacent lanes (a strided share each, summed by
+// shuffles), so no thread waits on a chain of exchanges as in the one-warp 128-entry network.
+// The same order, hence the same token, as the sort. All threads; ends with a block barrier.
+constexpr int kRankSortMax = 256;
+__device__ __forceinline__ const uint64_t* sort_desc_top(uint64_t* G, int n, int kk, uint64_t* D) {
+  if (n > 64 && n <= kRankSortMax) {  // (block-uniform)
+    const int lg = n <= 128 ? 2 : 1;  // log2 of the lanes per entry: kThreads / 128 or / 256
+    const int tpe = 1 << lg;
+    const int i = threadIdx.x >> lg, h = threadIdx.x & (tpe - 1);
+    const uint64_t v = i < n ? G[i] : 0ull;
+    int r = 0;
+    if (i < n) {
+#pragma unroll 4
+      for (int j = h; j < n; j += tpe) r += G[j] > v ? 1 : 0;
+    }
+    for (int d = 1; d < tpe; d <<= 1) r += __shfl_xor_sync(0xffffffffu, r, d);
+    if (h == 0 && i < n && r < kk) D[r] = v;
+    __syncthreads();
+    return D;
+  }
+  int P = 32;
+  while (P < n) P <<= 1;
+  bitonic_sort_desc(G, P);
+  return G;
+}
+static_assert(kThreads >= 2 * kRankSortMax, "sort_desc_top: at least two lanes per entry");
+
 // min-p on a sorted candidate set G[0..nc) (nc <= 2048): how many to keep (at least 1). All threads.
 __device__ __forceinline__ int min_p_keep(const uint64_t* G, int nc, const WeightCtx& wc, bool logits, float T,
                                           float mp) {
@@ -1016,12 +1047,12 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
           __syncthreads();
           cl_arrive();
           FIB_PROF(6);
-          bitonic_sort_desc(G, P);
+          int nk = nc < k ? nc : k;
+          const uint64_t* Gs = sort_desc_top(G, nc, nk, G + kRankSortMax);  // (G: 4096 u64)
           FIB_PROF(7);
           FIB_PROF_ADD(10, nc);
-          int nk = nc < k ? nc : k;
-          if (use_m) nk = min_p_keep(G, nk, wc, logits, T, mp);
-          finish_sorted(p, G, nk, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch,
+          if (use_m) nk = min_p_keep(Gs, nk, wc, logits, T, mp);
+          finish_sorted(p, Gs, nk, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch,
                         &sh_above);
           FIB_PROF(8);
         } else {
@@ -1145,8 +1176,8 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       for (int j = nc + tid; j < P; j += kThreads) G[j] = 0ull;
       __syncthreads();
       cl_arrive();  // rank 0 is done reading the other CTAs
-      bitonic_sort_desc(G, P);
-      finish_sorted(p, G, nc, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch, &sh_above);
+      const uint64_t* Gs = sort_desc_top(G, nc, nc, G + kRankSortMax);
+      finish_sorted(p, Gs, nc, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch, &sh_above);
     } else {
       cl_arrive();
     }

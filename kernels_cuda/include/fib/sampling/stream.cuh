@@ -144,6 +144,7 @@ __device__ __forceinline__ void stream_row(const Params& p, unsigned char* dsm, 
 #pragma unroll
   for (int q = 0; q < kPrefetch; ++q)
     if (q < ntiles) load_tile(q, ring[q]);
+  bool over = false;  // this warp's appends passed kStreamTrigger in the current tile
 
   for (int t0 = 0; t0 < ntiles; t0 += kPrefetch) {
 #pragma unroll
@@ -180,11 +181,18 @@ __device__ __forceinline__ void stream_row(const Params& p, unsigned char* dsm, 
             if (lane == __ffs(m) - 1) base = atomicAdd(&s_cnt, __popc(m));
             base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
             if (pass) buf[base + __popc(m & ((1u << lane) - 1u))] = c;
+            over = over || base + __popc(m) > kStreamTrigger;
           }
         }
-        __syncthreads();
-        const int cnt = s_cnt;
-        if (cnt > kStreamTrigger || (tile == ntiles - 1 && cnt > k)) {
+        // The decision comes from the warps' own atomics (the count only grows within a tile):
+        // s_cnt is read only where no warp can append (the compaction, the last tile), never
+        // while a faster warp may already append the next tile (a read after the barrier alone
+        // raced with those appends: compute-sanitizer racecheck, and threads then disagreed on
+        // whether to compact, i.e. on the barriers inside the select).
+        const bool last = tile == ntiles - 1;
+        if (__syncthreads_or(over) || (last && s_cnt > k)) {
+          over = false;
+          const int cnt = s_cnt;
           const uint64_t nt = select_kth_u64(buf, cnt, k, s_hist, s_scratch, &s_b, s_ca);
           if (tid == 0) s_cnt = 0;
           __syncthreads();
