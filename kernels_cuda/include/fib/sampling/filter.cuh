@@ -369,7 +369,11 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   constexpr int ESIZE = (DT == kF32) ? 4 : 2;
   constexpr int STAGE_BYTES = kFilterStage * ESIZE;
   constexpr int NV = (DT == kF32) ? 2 : 1;                // 16-byte vectors per thread per stage
+#ifdef FIB_FILTER_NST16  // (debug: fewer 16-bit ring stages in flight, benchmarks/filter_debug16.py)
+  constexpr int NST = (DT == kF32) ? kFilterRingBytes / STAGE_BYTES : FIB_FILTER_NST16;
+#else
   constexpr int NST = kFilterRingBytes / STAGE_BYTES;    // 2 (fp32) or 5 (16-bit)
+#endif
   unsigned char* ring = dsm;
   uint64_t* buf = reinterpret_cast<uint64_t*>(dsm + kFilterRingBytes);
   __shared__ uint64_t bars[NST];
@@ -564,7 +568,11 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     // (block-uniform) the first stage seeds tau (seed_tau). fp32 only, as sort_desc_top below:
     // the 16-bit builds with either returned tokens outside the top-k on bf16 / fp16 rows of
     // 50021 tokens, nondeterministically (H200, 2026-12-02; racecheck clean, not understood yet)
+#ifdef FIB_FILTER_DEBUG
+    if (s == 0 && k <= kSeedMaxK) {
+#else
     if (DT == kF32 && s == 0 && k <= kSeedMaxK) {
+#endif
       tau = seed_tau(x, vm, k, logits, ssel);
       if (tid == 0) s_tau = tau;
     }
@@ -740,11 +748,34 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;
   __syncthreads();
   // (G + kRankSortMax is free: G is buf, buf + a set of <= kFilterCap - kFilterMaxK, or the ring)
+#ifdef FIB_FILTER_DEBUG
+  // (a -D build for the open 16-bit question, benchmarks/filter_debug16.py: the seed and the
+  // ranked sort on every dtype; rows whose final set holds duplicates or out-of-range entries, or
+  // whose sorted output is out of order, return -(1e6 * dup + 1e3 * bad + unsorted) - 1)
+  int dbg_dup = 0, dbg_bad = 0;
+  for (int i = tid; i < nc0; i += kThreads) {
+    const uint64_t v = G[i];
+    if (v == 0ull || 0xffffffffu - static_cast<uint32_t>(v) >= static_cast<uint32_t>(V)) ++dbg_bad;
+    for (int j = 0; j < nc0; ++j) dbg_dup += (j != i && G[j] == v) ? 1 : 0;
+  }
+  dbg_dup = __syncthreads_count(dbg_dup > 0);
+  dbg_bad = __syncthreads_count(dbg_bad > 0);
+  const uint64_t* Gs = sort_desc_top(G, nc0, min(nc0, k), G + kRankSortMax);
+  int dbg_uns = 0;
+  for (int i = tid; i + 1 < min(nc0, k); i += kThreads) dbg_uns += Gs[i] <= Gs[i + 1] ? 1 : 0;
+  dbg_uns = __syncthreads_count(dbg_uns > 0);
+#else
   const uint64_t* Gs = DT == kF32 ? sort_desc_top(G, nc0, min(nc0, k), G + kRankSortMax) : G;
   if (DT != kF32) bitonic_sort_desc(G, P);
+#endif
   nc0 = min(nc0, k);
   FIB_PROF(8);
   finish_topk(p, Gs, nc0, row, logits, T, scale, use_m, mp, use_p, tp, joint, cm, cs, s_scratch, &s_tot);
+#ifdef FIB_FILTER_DEBUG
+  __syncthreads();
+  if (tid == 0 && (dbg_dup || dbg_bad || dbg_uns))
+    p.out_idx[row] = -(1000000LL * dbg_dup + 1000LL * dbg_bad + dbg_uns) - 1;
+#endif
   FIB_PROF(9);
   if (S > 1 && !push) cl_wait();  // (remote mode: the other CTAs wait for rank 0's reads)
 #else
