@@ -15,17 +15,9 @@ with a clean set, i.e. the top token was missing. The same build with -DFIB_FILT
 ring matters, the new code does not by itself.
 """
 import torch
+from sampling_ab import knob as run  # (benchmarks/: the script's own folder)
 
 from fib_runtime.kernels import sampling as S
-
-
-def run(cl, fn):
-    old = S._CLUSTER
-    S._CLUSTER = cl
-    try:
-        return fn()
-    finally:
-        S._CLUSTER = old
 
 
 def main():
