@@ -33,6 +33,10 @@ POINTS = [(1, 128256, 50, 0), (1, 128256, 50, 1004), (1, 128256, 50, 1008), (1, 
 OPS = [(op, B, V) for op in ("top_p", "plain", "min_p") for V, Bs in ((128256, (1, 16, 64, 256, 512)),
                                                                      (32000, (1, 512)))
        for B in Bs] + [("top_p_rows", B, 128256) for B in (64, 512)]
+# top-k+top-p from 16-bit logits (top_k_first, p=0.9): (dtype, B, V, k); B >= 256 at V >= 128256
+# runs the filter kernel (k = 50 / 100: seeded, ranked final set; k = 200: ranked; k = 2048: sorted)
+LOGITS16 = [(dt, B, V, k) for dt in ("bf16", "fp16") for B, V in ((256, 128256), (512, 128256), (512, 151936))
+            for k in (50, 100, 200, 2048)]
 OPS_KNOBS = [(op, B, 128256, cl) for op in ("plain", "top_p", "min_p") for B in (256, 512) for cl in (5, 6)]
 PROFILE = [(1, 128256, 50, 1001), (1, 128256, 50, 1004), (16, 128256, 50, 1008), (64, 128256, 50, 1002),
            (512, 128256, 50, 1001), (512, 128256, 2048, 1001), (512, 32000, 50, 1001), (256, 32000, 50, 1001),
@@ -275,6 +279,20 @@ def child(args):
         res["timing"].append(r)
         log(f"time {r}")
     cache.clear()
+    if args.logits16:
+        res["logits16"] = []
+        for dt, B, V, k in LOGITS16:
+            lgs = [x.to(torch.bfloat16 if dt == "bf16" else torch.float16) for x in make_inputs(B, V, "peaked")]
+            kt = torch.full((B,), k, dtype=torch.int32, device=dev)
+            pt = torch.full((B,), 0.9, device=dev)
+            outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
+            r = {"dtype": dt, "B": B, "V": V, "k": k, "us": graph_time([
+                (lambda i=i: S.top_k_top_p_sampling_from_logits(lgs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i]))
+                for i in range(4)])}
+            res["logits16"].append(r)
+            log(f"logits16 {r}")
+            del lgs
+        torch.cuda.empty_cache()
     if args.ops:
         res["ops"] = []
         for op, B, V in OPS:
@@ -322,6 +340,7 @@ def main():
     ap.add_argument("--cake", action="store_true", help="also time FlashInfer cake beside the policy points")
     ap.add_argument("--ops", action="store_true", help="also time top-p / plain / min-p (OPS) and check their identity")
     ap.add_argument("--skip-points", action="store_true", help="skip the top-k+top-p POINTS")
+    ap.add_argument("--logits16", action="store_true", help="also time top-k+top-p from bf16 / fp16 logits (LOGITS16)")
     ap.add_argument("--skip-identity", action="store_true", help="skip the top-k+top-p identity checks")
     ap.add_argument("--child", default="")
     args = ap.parse_args()
@@ -337,7 +356,7 @@ def main():
         tmp = out / f".ab_{name}.json"
         env = dict(os.environ, FIB_KERNELS_DIR=str(Path(d).resolve()))
         cmd = [sys.executable, __file__, "--child", str(tmp)] + (["--cake"] if args.cake and i == 0 else [])
-        cmd += [f for f, on in (("--ops", args.ops), ("--skip-points", args.skip_points),
+        cmd += [f for f, on in (("--ops", args.ops), ("--skip-points", args.skip_points), ("--logits16", args.logits16),
                                 ("--skip-identity", args.skip_identity)) if on]
         print(f"== build {name} ({d})", flush=True)
         rc = subprocess.call(cmd, env=env)
@@ -345,6 +364,8 @@ def main():
         (out / "sampling_ab.json").write_text(json.dumps(allres, indent=1))
     names = list(allres["builds"])
     _table(allres, names, ["B", "V", "k", "knob"], POINTS, "timing", "cake_us", "cake")
+    if args.logits16:
+        _table(allres, names, ["dtype", "B", "V", "k"], LOGITS16, "logits16", "-", "-")
     if args.ops:
         _table(allres, names, ["op", "B", "V"], OPS, "ops", "fi_us", "FI regular")
 

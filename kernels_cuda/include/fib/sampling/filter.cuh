@@ -13,15 +13,15 @@
 //     probabilities and -0 all compare below it), and only warps with a possible candidate build
 //     composites and append them to a shared-memory buffer (one shared atomic per warp). When the
 //     buffer passes the trigger, an exact radix select raises tau to the current k-th largest and
-//     compacts the buffer to k entries. One block barrier per 4096-token stage. fp32 rows with
+//     compacts the buffer to k entries. One block barrier per 4096-token stage. Rows with
 //     k <= kSeedMaxK start tau from the first stage's lane maxima (seed_tau), so that stage
 //     appends ~k tokens instead of all 4096 and its compaction (~4-6 us) is gone.
 //  3. Rank 0 of the cluster selects the top-k among the S local sets (pushed whole and back to
 //     back into its idle ring over DSMEM when they fit, offsets reserved by a DSMEM atomic, else
 //     compacted first or read remotely): sets of at most max(Pk, 256) entries (Pk: k rounded up
 //     to a power of two) are sorted whole, larger ones first cut to at most Pk by a select that
-//     stops early; the first k of the sorted order are the top-k (fp32 sets of 65-256 entries are
-//     ranked by counting instead of sorted: sort_desc_top). It then runs the same tail as
+//     stops early; the first k of the sorted order are the top-k (sets of 65-256 entries are ranked
+//     by counting instead of sorted: sort_desc_top). It then runs the same tail as
 //     the other paths (min-p, exact top-p on integer prefix sums in either order, one Philox draw
 //     per row): the same token as the other kernels.
 // Radix selects start at the highest bit in which the candidates differ (min/max first), so
@@ -369,11 +369,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   constexpr int ESIZE = (DT == kF32) ? 4 : 2;
   constexpr int STAGE_BYTES = kFilterStage * ESIZE;
   constexpr int NV = (DT == kF32) ? 2 : 1;                // 16-byte vectors per thread per stage
-#ifdef FIB_FILTER_NST16  // (debug: fewer 16-bit ring stages in flight, benchmarks/filter_debug16.py)
-  constexpr int NST = (DT == kF32) ? kFilterRingBytes / STAGE_BYTES : FIB_FILTER_NST16;
-#else
   constexpr int NST = kFilterRingBytes / STAGE_BYTES;    // 2 (fp32) or 5 (16-bit)
-#endif
   unsigned char* ring = dsm;
   uint64_t* buf = reinterpret_cast<uint64_t*>(dsm + kFilterRingBytes);
   __shared__ uint64_t bars[NST];
@@ -565,14 +561,8 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       }
     }
     if (joint) joint_add(x, vm);
-    // (block-uniform) the first stage seeds tau (seed_tau). fp32 only, as sort_desc_top below:
-    // the 16-bit builds with either returned tokens outside the top-k on bf16 / fp16 rows of
-    // 50021 tokens, nondeterministically (H200, 2026-12-02; racecheck clean, not understood yet)
-#ifdef FIB_FILTER_DEBUG
+    // (block-uniform) the first stage seeds tau (seed_tau)
     if (s == 0 && k <= kSeedMaxK) {
-#else
-    if (DT == kF32 && s == 0 && k <= kSeedMaxK) {
-#endif
       tau = seed_tau(x, vm, k, logits, ssel);
       if (tid == 0) s_tau = tau;
     }
@@ -748,34 +738,10 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;
   __syncthreads();
   // (G + kRankSortMax is free: G is buf, buf + a set of <= kFilterCap - kFilterMaxK, or the ring)
-#ifdef FIB_FILTER_DEBUG
-  // (a -D build for the open 16-bit question, benchmarks/filter_debug16.py: the seed and the
-  // ranked sort on every dtype; rows whose final set holds duplicates or out-of-range entries, or
-  // whose sorted output is out of order, return -(1e6 * dup + 1e3 * bad + unsorted) - 1)
-  int dbg_dup = 0, dbg_bad = 0;
-  for (int i = tid; i < nc0; i += kThreads) {
-    const uint64_t v = G[i];
-    if (v == 0ull || 0xffffffffu - static_cast<uint32_t>(v) >= static_cast<uint32_t>(V)) ++dbg_bad;
-    for (int j = 0; j < nc0; ++j) dbg_dup += (j != i && G[j] == v) ? 1 : 0;
-  }
-  dbg_dup = __syncthreads_count(dbg_dup > 0);
-  dbg_bad = __syncthreads_count(dbg_bad > 0);
-  const uint64_t* Gs = sort_desc_top(G, nc0, min(nc0, k), G + kRankSortMax);
-  int dbg_uns = 0;
-  for (int i = tid; i + 1 < min(nc0, k); i += kThreads) dbg_uns += Gs[i] <= Gs[i + 1] ? 1 : 0;
-  dbg_uns = __syncthreads_count(dbg_uns > 0);
-#else
-  const uint64_t* Gs = DT == kF32 ? sort_desc_top(G, nc0, min(nc0, k), G + kRankSortMax) : G;
-  if (DT != kF32) bitonic_sort_desc(G, P);
-#endif
+  sort_desc_top(G, nc0, min(nc0, k), G + kRankSortMax);
   nc0 = min(nc0, k);
   FIB_PROF(8);
-  finish_topk(p, Gs, nc0, row, logits, T, scale, use_m, mp, use_p, tp, joint, cm, cs, s_scratch, &s_tot);
-#ifdef FIB_FILTER_DEBUG
-  __syncthreads();
-  if (tid == 0 && (dbg_dup || dbg_bad || dbg_uns))
-    p.out_idx[row] = -(1000000LL * dbg_dup + 1000LL * dbg_bad + dbg_uns) - 1;
-#endif
+  finish_topk(p, G, nc0, row, logits, T, scale, use_m, mp, use_p, tp, joint, cm, cs, s_scratch, &s_tot);
   FIB_PROF(9);
   if (S > 1 && !push) cl_wait();  // (remote mode: the other CTAs wait for rank 0's reads)
 #else

@@ -467,14 +467,14 @@ __device__ __forceinline__ void bitonic_sort_desc(uint64_t* G, int P) {
 }
 
 // The first kk (<= n) entries of G[0..n) in descending order (unique composites, n <= kCand, G
-// zero-padded to the sort size as bitonic_sort_desc needs): returns where they lie. n <= 64 or
-// n > kRankSortMax: sorted in place (warp shuffles, the bitonic network). 64 < n <= kRankSortMax:
-// ranks by counting, written to D[0..kk) (D must not overlap G[0..n)): entry i's rank is the
-// number of larger entries, counted by 2-4 adjacent lanes (a strided share each, summed by
-// shuffles), so no thread waits on a chain of exchanges as in the one-warp 128-entry network.
-// The same order, hence the same token, as the sort. All threads; ends with a block barrier.
+// zero-padded to the sort size as bitonic_sort_desc needs). n <= 64 or n > kRankSortMax: sorted in
+// place (warp shuffles, the bitonic network), returns false. 64 < n <= kRankSortMax: ranks by
+// counting into D[0..kk) (D must not overlap G[0..n)), returns true: entry i's rank is the number
+// of larger entries, counted by 2-4 adjacent lanes (a strided share each, summed by shuffles), so
+// no thread waits on a chain of exchanges as in the one-warp 128-entry network. The same order,
+// hence the same token, as the sort. All threads; ends with a block barrier.
 constexpr int kRankSortMax = 256;
-__device__ __forceinline__ const uint64_t* sort_desc_top(uint64_t* G, int n, int kk, uint64_t* D) {
+__device__ __forceinline__ bool sort_desc_top_to(uint64_t* G, int n, int kk, uint64_t* D) {
   if (n > 64 && n <= kRankSortMax) {  // (block-uniform)
     const int lg = n <= 128 ? 2 : 1;  // log2 of the lanes per entry: kThreads / 128 or / 256
     const int tpe = 1 << lg;
@@ -488,12 +488,25 @@ __device__ __forceinline__ const uint64_t* sort_desc_top(uint64_t* G, int n, int
     for (int d = 1; d < tpe; d <<= 1) r += __shfl_xor_sync(0xffffffffu, r, d);
     if (h == 0 && i < n && r < kk) D[r] = v;
     __syncthreads();
-    return D;
+    return true;
   }
   int P = 32;
   while (P < n) P <<= 1;
   bitonic_sort_desc(G, P);
-  return G;
+  return false;
+}
+// sort_desc_top_to with the result always at G[0..kk) (a ranked set is copied back; one more
+// barrier). The filter kernel uses this form because of a compiler bug: reading the result
+// through "D or G" there, ptxas 13.0 (V13.0.88, -O2 and -O3; -O1 was correct) compiled the 16-bit
+// kernels' rank store as "D += 2 KB; st [D + 8r + 2 KB]", two KB past where the rows were then
+// read (docs/kernels.md, "A ptxas miscompile"; tests/gpu/test_sampling_sass.py looks for the
+// shape in the built library). The cluster kernel keeps "D or G": copying back there moved its
+// register allocation (8 -> 64 bytes of stack, +1.3 us at B=1 k=2048) and its SASS is clean.
+__device__ __forceinline__ void sort_desc_top(uint64_t* G, int n, int kk, uint64_t* D) {
+  if (sort_desc_top_to(G, n, kk, D)) {
+    if (threadIdx.x < kk) G[threadIdx.x] = D[threadIdx.x];  // (kk <= kRankSortMax < kThreads)
+    __syncthreads();
+  }
 }
 static_assert(kThreads >= 2 * kRankSortMax, "sort_desc_top: at least two lanes per entry");
 
@@ -1048,7 +1061,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
           cl_arrive();
           FIB_PROF(6);
           int nk = nc < k ? nc : k;
-          const uint64_t* Gs = sort_desc_top(G, nc, nk, G + kRankSortMax);  // (G: 4096 u64)
+          const uint64_t* Gs = sort_desc_top_to(G, nc, nk, G + kRankSortMax) ? G + kRankSortMax : G;  // (G: 4096 u64)
           FIB_PROF(7);
           FIB_PROF_ADD(10, nc);
           if (use_m) nk = min_p_keep(Gs, nk, wc, logits, T, mp);
@@ -1176,7 +1189,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       for (int j = nc + tid; j < P; j += kThreads) G[j] = 0ull;
       __syncthreads();
       cl_arrive();  // rank 0 is done reading the other CTAs
-      const uint64_t* Gs = sort_desc_top(G, nc, nc, G + kRankSortMax);
+      const uint64_t* Gs = sort_desc_top_to(G, nc, nc, G + kRankSortMax) ? G + kRankSortMax : G;
       finish_sorted(p, Gs, nc, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch, &sh_above);
     } else {
       cl_arrive();
