@@ -1,14 +1,8 @@
-"""The detector of kernels_cuda/sass_check.py on SASS text (no GPU, no CUDA toolkit needed): it
+"""The detector of fib_runtime/kernels/sass_check.py on SASS text (no GPU, no CUDA toolkit needed): it
 finds the ptxas 13.0 double-offset store of the 16-bit filter kernels and nothing in correct code."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("sass_check", REPO / "kernels_cuda" / "sass_check.py")
-sass_check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sass_check)
+from fib_runtime.kernels import sass_check
 
 
 def _listing(*ins: str, fn: str = "_ZN3fib8sampling13filter_kernelILi1EEEvNS0_6ParamsE") -> str:

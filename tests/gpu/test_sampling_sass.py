@@ -1,19 +1,11 @@
 """The built sampling kernels hold no site of the ptxas 13.0 double-offset store
-(kernels_cuda/sass_check.py; docs/kernels.md, "A ptxas miscompile"). Needs the built library and
+(fib_runtime/kernels/sass_check.py; docs/kernels.md, "A ptxas miscompile"). Needs the built library and
 cuobjdump from a CUDA toolkit (the H200 machine has both), no GPU."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-from fib_runtime.kernels import loader
-
-REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("sass_check", REPO / "kernels_cuda" / "sass_check.py")
-sass_check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sass_check)
+from fib_runtime.kernels import loader, sass_check
 
 LIB = loader.bin_dir() / "libfib_sampling.so"
 TOOL = sass_check.find_cuobjdump()

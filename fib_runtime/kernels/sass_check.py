@@ -15,7 +15,7 @@ back: a register raised by an immediate, then within a few instructions a shared
 address computed from it with the same immediate as offset. A correct program can contain that
 shape too, so a hit is a lead to read in the SASS, not proof; the shipped kernels have none.
 
-Usage: python kernels_cuda/sass_check.py [LIB.so ...]   (default: the built kernels)
+Usage: python -m fib_runtime.kernels.sass_check [LIB.so ...]   (default: the built kernels, loader.bin_dir())
 Exit status 1 when a site is found, 2 when cuobjdump is missing.
 """
 from __future__ import annotations
@@ -86,8 +86,9 @@ def main(argv: list[str]) -> int:
     if tool is None:
         print("sass_check: no cuobjdump (CUDA toolkit) found", file=sys.stderr)
         return 2
-    libs = argv or sorted(str(p) for p in (Path(__file__).resolve().parents[1] / "fib_runtime" / "kernels" /
-                                           "_bin").glob("*.so"))
+    from fib_runtime.kernels import loader
+
+    libs = argv or sorted(str(p) for p in loader.bin_dir().glob("*.so"))
     bad = 0
     for lib in libs:
         hits = check_library(lib, tool)
