@@ -227,25 +227,9 @@ int filter_cluster(const DevInfo& d, int B, int V, int cluster) {
 }
 
 template <int DT>
-void launch_filter(fs::Params p, int S, cudaStream_t st) {
-  int chunk = (p.V + S - 1) / S;
-  chunk = (chunk + 7) & ~7;
-  p.chunk = chunk;
-  p.resident = 0;
-  p.hist_bytes = kHistBytes;  // rows the filter does not cover run sample_row from global memory
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(S, p.B, 1);
-  cfg.blockDim = dim3(fs::kThreads, 1, 1);
-  cfg.dynamicSmemBytes = fs::kFilterSmem;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = S;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&cfg, fs::filter_kernel<DT>, p), "cudaLaunchKernelEx(filter)");
+void launch_filter(const fs::Params& p, int S, cudaStream_t st) {
+  static_assert(kHistBytes == 2 * fs::kHistBufBytes, "launch_filter_rows gives sample_row's rows this layout");
+  check_cuda(fs::launch_filter_rows<DT>(p, S, st), "cudaLaunchKernelEx(filter)");
 }
 
 // The split kernel's workspace, one per (device, stream): kSplitDoneBytes of per-row counters

@@ -98,11 +98,22 @@ __device__ __forceinline__ float min_p_threshold(const WeightCtx& wc, bool logit
   return logits ? (wc.kind == 0 ? __fadd_rn(wc.m, __fmul_rn(T, logf(mp))) : wc.m) : __fmul_rn(mp, wc.m);
 }
 
+// 2^x by the SFU alone (ex2.approx.ftz: results below 2^-126 flush to 0). exp2f is the same SFU
+// operation for x >= -126 and adds a fix-up for subnormal results (a compare, two predicated
+// multiplies per call; sm_90 SASS). Used where a subnormal cannot matter: a fixed-point weight
+// (floor(w * 2^44) is 0 for any w < 2^-82) and the filter kernel's joint sums (each thread's sum
+// holds its own maximum's 1.0).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // The fixed-point weight of a key for one row kind (weight_of dispatches on c.kind; loops that
 // hoist the warp-uniform kind out of their body call these directly).
 __device__ __forceinline__ uint64_t fixed_weight(float w) { return __float2ull_rz(__fmul_rn(w, kFixScale)); }
 __device__ __forceinline__ uint64_t weight_logits(uint32_t key, const WeightCtx& c) {
-  return fixed_weight(exp2f(__fmul_rn(__fsub_rn(key2f(key), c.m), c.scale)));
+  return fixed_weight(exp2_ftz(__fmul_rn(__fsub_rn(key2f(key), c.m), c.scale)));
 }
 __device__ __forceinline__ uint64_t weight_probs(uint32_t key, const WeightCtx& c) {
   return fixed_weight(__fmul_rn(key2f(key), c.scale));

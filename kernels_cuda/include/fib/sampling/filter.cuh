@@ -436,14 +436,15 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
           for (int j = 0; j < kFilterPer; ++j) js += (((vmask >> j) & 1u) && x[j] == INFINITY) ? 1.0f : 0.0f;
         } else {
 #pragma unroll
-          for (int j = 0; j < kFilterPer; ++j)
-            if ((vmask >> j) & 1u) js += exp2f(__fmul_rn(__fsub_rn(fmaxf(x[j], -INFINITY), jm), scale));
+          for (int j = 0; j < kFilterPer; ++j) {  // (a select, not a branch per token; +0 for the others)
+            const float e = exp2_ftz(__fmul_rn(__fsub_rn(fmaxf(x[j], -INFINITY), jm), scale));
+            js += ((vmask >> j) & 1u) ? e : 0.0f;
+          }
         }
       }
     } else {
 #pragma unroll
-      for (int j = 0; j < kFilterPer; ++j)
-        if ((vmask >> j) & 1u) js += fmaxf(x[j], 0.0f);
+      for (int j = 0; j < kFilterPer; ++j) js += ((vmask >> j) & 1u) ? fmaxf(x[j], 0.0f) : 0.0f;
     }
   };
   // compaction trigger: small buffers compact cheaply and tighten tau early (fewer warps then
@@ -749,6 +750,31 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   (void)p;
   __trap();  // launched only on sm_90+
 #endif
+}
+
+// Host: launches filter_kernel<DT> for the p.B rows of p with S CTAs per row (one cluster per row)
+// on stream st; sets the fields the launch decides (the slice per CTA, streamed rows and their
+// histograms for the rows the kernel hands to sample_row). The library and the standalone checks
+// (benchmarks/filter16_check.cu) launch through it.
+template <int DT>
+inline cudaError_t launch_filter_rows(Params p, int S, cudaStream_t st) {
+  int chunk = (p.V + S - 1) / S;
+  p.chunk = (chunk + 7) & ~7;
+  p.resident = 0;
+  p.hist_bytes = 2 * kHistBufBytes;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(S, p.B, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = kFilterSmem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = S;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, filter_kernel<DT>, p);
 }
 
 }  // namespace sampling
