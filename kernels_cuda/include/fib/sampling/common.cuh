@@ -101,8 +101,8 @@ __device__ __forceinline__ float min_p_threshold(const WeightCtx& wc, bool logit
 // 2^x by the SFU alone (ex2.approx.ftz: results below 2^-126 flush to 0). exp2f is the same SFU
 // operation for x >= -126 and adds a fix-up for subnormal results (a compare, two predicated
 // multiplies per call; sm_90 SASS). Used where a subnormal cannot matter: a fixed-point weight
-// (floor(w * 2^44) is 0 for any w < 2^-82) and the filter kernel's joint sums (each thread's sum
-// holds its own maximum's 1.0).
+// (floor(w * 2^44) is 0 for any w < 2^-82) and the joint sums of the filter, split and streaming
+// kernels (each thread's sum holds its own maximum's 1.0).
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

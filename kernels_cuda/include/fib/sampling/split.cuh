@@ -268,8 +268,10 @@ __global__ void __launch_bounds__(kThreads, 2) split_kernel(const Params p) {
         for (int j = 0; j < EPT; ++j) js += (((vm >> j) & 1u) && key2f(key[j]) == INFINITY) ? 1.0f : 0.0f;
       } else if (jm != -INFINITY) {
 #pragma unroll
-        for (int j = 0; j < EPT; ++j)
-          if ((vm >> j) & 1u) js += exp2f(__fmul_rn(__fsub_rn(key2f(key[j]), jm), scale));
+        for (int j = 0; j < EPT; ++j) {  // (a select, not a branch per token; +0 for the others)
+          const float e = exp2_ftz(__fmul_rn(__fsub_rn(key2f(key[j]), jm), scale));
+          js += ((vm >> j) & 1u) ? e : 0.0f;
+        }
       }
     } else {
 #pragma unroll

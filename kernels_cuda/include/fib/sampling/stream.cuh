@@ -164,10 +164,10 @@ __device__ __forceinline__ void stream_row(const Params& p, unsigned char* dsm, 
           if (joint && valid) {
             if (logits) {
               if (v > om) {
-                os = os * exp2f(__fmul_rn(__fsub_rn(om, v), scale)) + 1.0f;
+                os = os * exp2_ftz(__fmul_rn(__fsub_rn(om, v), scale)) + 1.0f;
                 om = v;
               } else {
-                os += exp2f(__fmul_rn(__fsub_rn(v, om), scale));
+                os += exp2_ftz(__fmul_rn(__fsub_rn(v, om), scale));
               }
             } else {
               os += v;
