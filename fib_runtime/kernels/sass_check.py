@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-_ADD = re.compile(r"VIADD (R\d+), \1, (0x[0-9a-f]+) ;")
+_ADD = re.compile(r"VIADD (R\d+), \1, (0x[0-9a-f]+)$")  # (instruction text, ";" dropped)
 _WINDOW = 5  # instructions after the add that may carry the store
 
 
@@ -50,7 +50,7 @@ def double_offset_stores(sass: str) -> list[tuple[str, list[str]]]:
     ins = _instructions(sass)
     hits = []
     for i, (fn, text) in enumerate(ins):
-        m = _ADD.search(text + " ;")
+        m = _ADD.search(text)
         if not m:
             continue
         reg, imm = m.group(1), m.group(2)
@@ -69,8 +69,7 @@ def double_offset_stores(sass: str) -> list[tuple[str, list[str]]]:
 
 
 def find_cuobjdump() -> str | None:
-    for c in (shutil.which("cuobjdump"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "cuobjdump"),
-              "/usr/local/cuda/bin/cuobjdump"):
+    for c in (shutil.which("cuobjdump"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "cuobjdump")):
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             return c
     return None
