@@ -33,10 +33,14 @@ POINTS = [(1, 128256, 50, 0), (1, 128256, 50, 1004), (1, 128256, 50, 1008), (1, 
 OPS = [(op, B, V) for op in ("top_p", "plain", "min_p") for V, Bs in ((128256, (1, 16, 64, 256, 512)),
                                                                      (32000, (1, 512)))
        for B in Bs] + [("top_p_rows", B, 128256) for B in (64, 512)]
-# top-k+top-p from 16-bit logits (top_k_first, p=0.9): (dtype, B, V, k); B >= 256 at V >= 128256
-# runs the filter kernel (k = 50 / 100: seeded, ranked final set; k = 200: ranked; k = 2048: sorted)
-LOGITS16 = [(dt, B, V, k) for dt in ("bf16", "fp16") for B, V in ((256, 128256), (512, 128256), (512, 151936))
-            for k in (50, 100, 200, 2048)]
+# top-k+top-p from 16-bit logits (top_k_first, p=0.9): (dtype, B, V, k, knob); B >= 256 at V >= 128256
+# runs the filter kernel (k = 50 / 100: seeded, ranked final set; k = 200: ranked; k = 2048: sorted);
+# the last points put the policy's 16-bit threshold (12M tokens, B >= 48) beside forced kernels
+LOGITS16 = [(dt, B, V, k, 0) for dt in ("bf16", "fp16") for B, V in ((256, 128256), (512, 128256), (512, 151936))
+            for k in (50, 100, 200, 2048)] + [
+    ("bf16", B, V, 50, cl) for B, V, cls in ((64, 128256, (0, 1002, 1001)), (128, 128256, (0, 999)),
+                                             (256, 32000, (0, 1001)), (64, 151936, (0, 1002)))
+    for cl in cls]
 OPS_KNOBS = [(op, B, 128256, cl) for op in ("plain", "top_p", "min_p") for B in (256, 512) for cl in (5, 6)]
 PROFILE = [(1, 128256, 50, 1001), (1, 128256, 50, 1004), (16, 128256, 50, 1008), (64, 128256, 50, 1002),
            (512, 128256, 50, 1001), (512, 128256, 2048, 1001), (512, 32000, 50, 1001), (256, 32000, 50, 1001),
@@ -281,14 +285,14 @@ def child(args):
     cache.clear()
     if args.logits16:
         res["logits16"] = []
-        for dt, B, V, k in LOGITS16:
+        for dt, B, V, k, cl in LOGITS16:
             lgs = [x.to(torch.bfloat16 if dt == "bf16" else torch.float16) for x in make_inputs(B, V, "peaked")]
             kt = torch.full((B,), k, dtype=torch.int32, device=dev)
             pt = torch.full((B,), 0.9, device=dev)
             outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
-            r = {"dtype": dt, "B": B, "V": V, "k": k, "us": graph_time([
+            r = {"dtype": dt, "B": B, "V": V, "k": k, "cluster": cl, "us": knob(cl, lambda: graph_time([
                 (lambda i=i: S.top_k_top_p_sampling_from_logits(lgs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i]))
-                for i in range(4)])}
+                for i in range(4)]))}
             res["logits16"].append(r)
             log(f"logits16 {r}")
             del lgs
@@ -365,7 +369,7 @@ def main():
     names = list(allres["builds"])
     _table(allres, names, ["B", "V", "k", "knob"], POINTS, "timing", "cake_us", "cake")
     if args.logits16:
-        _table(allres, names, ["dtype", "B", "V", "k"], LOGITS16, "logits16", "-", "-")
+        _table(allres, names, ["dtype", "B", "V", "k", "knob"], LOGITS16, "logits16", "-", "-")
     if args.ops:
         _table(allres, names, ["op", "B", "V"], OPS, "ops", "fi_us", "FI regular")
 

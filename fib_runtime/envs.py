@@ -137,7 +137,7 @@ _SPECS: Dict[str, _Spec] = {
         "CTAs per row; -1 streaming kernel; 999 the policy before the filter kernel; 1000+S filter kernel; "
         "2000 split-row kernel."),
     "FIB_SAMPLING_FILTER_MIN_TOKENS": _Spec(_float, 6.0e6,
-        "Automatic policy: top-k sampling calls of at least this many fp32 tokens (B*V; 16-bit count half) "
+        "Automatic policy: top-k sampling calls of at least this many tokens (B*V, any dtype) "
         "and B >= 48 use the one-pass filter kernel on sm_90 (read once per device by the C++ side)."),
     "FIB_SAMPLING_STREAM_MIN_B": _Spec(_int, 96,
         "Below the filter threshold: batches from this size use the streaming kernel, smaller ones the cluster kernel."),

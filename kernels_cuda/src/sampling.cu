@@ -208,8 +208,11 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, bool allow_
   // H200, 2026-12-01 (benchmarks/results/sampling_filter_probe_h200.json): the filter kernel wins
   // from ~6M fp32 tokens per call and B >= 48 (V=128256: B=64 38 vs 47 us, B=512 124 vs 170 us;
   // V=32000: from B=256), the resident-row cluster kernel below (B=1, V=128256: 18 vs 32 us);
-  // 16-bit rows need twice the tokens. FIB_SAMPLING_FILTER_MIN_TOKENS overrides the threshold.
-  const double tokens = static_cast<double>(p.B) * static_cast<double>(p.V) * (p.elem16 ? 0.5 : 1.0);
+  // 16-bit rows the same token count since their register stream (2026-12-02,
+  // results/sampling_ab_reg_stream16_h200.json, bf16 k=50: V=32000 B=256 27.4 us against 47.5
+  // through the streaming kernel, V=151936 B=64 33.0 vs 47.9, V=128256 B=64 30.7 vs 34.1; they
+  // needed twice the tokens before). FIB_SAMPLING_FILTER_MIN_TOKENS overrides the threshold.
+  const double tokens = static_cast<double>(p.B) * static_cast<double>(p.V);
   return (p.B >= 48 && tokens >= d.filter_min_tokens) ? kFilter : legacy;
 }
 
@@ -435,7 +438,6 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
   q.mode = fs::kSample;
   q.has_topk = 1;
   q.V = static_cast<int>(V);
-  q.elem16 = dt != fs::kF32 ? 1 : 0;
   const Kind kind = kernel_kind(d, q, static_cast<int>(cluster));
   if (kind == kSplit) {
     c.S = split_chunks(static_cast<int>(V), static_cast<int>(dt));

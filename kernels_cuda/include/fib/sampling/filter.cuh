@@ -4,8 +4,10 @@
 // needs after the top-k (renormalisation, min-p, top-p, the draw) only looks at the k kept tokens,
 // so the row is read exactly once:
 //  1. S CTAs (a cluster; S = 1 for large batches) split the row. Each streams its slice from HBM
-//     through a ring of shared-memory stages filled by TMA bulk copies (cp.async.bulk + mbarrier),
-//     so ~40 KB per CTA are in flight independently of the threads' work.
+//     in 4096-token stages: fp32 rows through a ring of shared-memory stages filled by TMA bulk
+//     copies (cp.async.bulk + mbarrier, one block barrier per stage), 16-bit rows through two
+//     register buffers per thread (the next two stages in flight) with no barrier per stage
+//     (warps run ahead independently and meet only to compact; see the loop).
 //  2. Each token becomes the unique 64-bit composite c = key << 32 | (2^32-1-index) (value
 //     descending, lower index first: the documented tie rule). A token can only matter if
 //     c >= tau, tau = the k-th largest composite of this slice's buffer at its last compaction; a
@@ -13,7 +15,7 @@
 //     probabilities and -0 all compare below it), and only warps with a possible candidate build
 //     composites and append them to a shared-memory buffer (one shared atomic per warp). When the
 //     buffer passes the trigger, an exact radix select raises tau to the current k-th largest and
-//     compacts the buffer to k entries. One block barrier per 4096-token stage. Rows with
+//     compacts the buffer to k entries. Rows with
 //     k <= kSeedMaxK start tau from the first stage's lane maxima (seed_tau), so that stage
 //     appends ~k tokens instead of all 4096 and its compaction (~4-6 us) is gone.
 //  3. Rank 0 of the cluster selects the top-k among the S local sets (pushed whole and back to
@@ -29,7 +31,7 @@
 // not cover (no top-k, k >= V, k > kFilterMaxK, greedy temperature) run the general algorithm
 // (sample_row, slices read from global memory).
 // Measured on the H200 (benchmarks/results/sampling_h200.md): ~1.8x the memory floor at B=512.
-// Nsight Compute (B=512 V=128256 k=50): the SMs issue on 59% of cycles, ~190 warp instructions
+// Nsight Compute (fp32, B=512 V=128256 k=50): the SMs issue on 59% of cycles, ~190 warp instructions
 // per warp and stage, 19% of the warps' stall samples wait at the stage barrier (the slowest warp
 // of each stage); profiled mbarrier waits are < 4 us per row. Instructions and the barrier, not
 // memory, bound the kernel today.
@@ -57,6 +59,9 @@ static_assert(kFilterTrigger >= kFilterMaxK, "compaction must leave room for a s
 static_assert(kFilterSmem >= 2 * kHistBufBytes, "the general fallback needs its histograms");
 static_assert(kFilterCap - kFilterMaxK + 2 * kRankSortMax <= kFilterCap && kFilterRingBytes / 8 >= 2 * kRankSortMax,
               "sort_desc_top's output fits past the merged set");
+#ifndef FIB_FILTER_REG_STREAM_F32  // 1: fp32 rows take the register stream too (H200: slower, see the kernel)
+#define FIB_FILTER_REG_STREAM_F32 0
+#endif
 #ifndef FIB_FILTER_TRIG_FLOOR  // the compaction trigger's floor (a -D for benchmark builds)
 #define FIB_FILTER_TRIG_FLOOR 512
 #endif
@@ -372,11 +377,15 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   constexpr int NST = kFilterRingBytes / STAGE_BYTES;    // 2 (fp32) or 5 (16-bit)
   unsigned char* ring = dsm;
   uint64_t* buf = reinterpret_cast<uint64_t*>(dsm + kFilterRingBytes);
-  __shared__ uint64_t bars[NST];
+  // the stage loop: a TMA ring with one block barrier per stage (fp32) or a register stream
+  // without them (16-bit rows; below)
+  constexpr bool kRegStream = DT != kF32 || FIB_FILTER_REG_STREAM_F32;
+  __shared__ uint64_t bars[kRegStream ? 1 : NST];
   __shared__ SelectSmem ssel;
   __shared__ uint64_t s_tau, s_tot;
   __shared__ uint64_t s_scratch[kWarps];
   __shared__ int s_cnt, s_new;
+  __shared__ int s_flag;  // (register stream) a warp's append passed the trigger: compact
   __shared__ float s_jm[kWarps];
   __shared__ double s_js[kWarps];
   __shared__ float s_cm;   // this CTA's joint (max, sum of exp2((x - max) * scale)) / probs sum
@@ -400,20 +409,44 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   const char* body = in_row + static_cast<int64_t>(head) * ESIZE;
   const int nstages = (body_bytes + STAGE_BYTES - 1) / STAGE_BYTES;
 
-  if (tid == 0) {
-    for (int q = 0; q < NST; ++q) mbar_init(&bars[q], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    s_cnt = 0;
-    s_tau = 0ull;
-    s_rcnt[0] = 0;  // (push mode: the other ranks reserve their places in this CTA's ring here)
-  }
-  __syncthreads();
-  if (tid == 0) {
-    for (int q = 0; q < NST && q < nstages; ++q) {
-      const int bytes = min(STAGE_BYTES, body_bytes - q * STAGE_BYTES);
-      mbar_expect_tx(&bars[q], static_cast<uint32_t>(bytes));
-      tma_load_1d(ring + q * STAGE_BYTES, body + static_cast<int64_t>(q) * STAGE_BYTES, static_cast<uint32_t>(bytes),
-                  &bars[q]);
+  // stage s of this thread (register stream): the 16-byte vectors v * kThreads + tid (v < NV) of the
+  // body's stage s (streaming loads, zero past the body's end)
+  auto load_stage = [&](int s, uint4 (&r)[NV]) {
+    const int sb = body_bytes - s * STAGE_BYTES;
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+      const int off = (v * kThreads + tid) * 16;
+      r[v] = off < sb ? __ldcs(reinterpret_cast<const uint4*>(body + static_cast<int64_t>(s) * STAGE_BYTES + off))
+                      : make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+  uint4 pf0[NV], pf1[NV];  // (register stream) stage s is in pf0 for even s, pf1 for odd s
+  if constexpr (kRegStream) {  // stages 0 and 1 are in flight from here on
+    if (nstages > 0) load_stage(0, pf0);
+    if (nstages > 1) load_stage(1, pf1);
+    if (tid == 0) {
+      s_cnt = 0;
+      s_tau = 0ull;
+      s_flag = 0;
+      s_rcnt[0] = 0;  // (push mode: the other ranks reserve their places in this CTA's ring here)
+    }
+    __syncthreads();
+  } else {
+    if (tid == 0) {
+      for (int q = 0; q < NST; ++q) mbar_init(&bars[q], 1);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      s_cnt = 0;
+      s_tau = 0ull;
+      s_rcnt[0] = 0;  // (push mode: the other ranks reserve their places in this CTA's ring here)
+    }
+    __syncthreads();
+    if (tid == 0) {
+      for (int q = 0; q < NST && q < nstages; ++q) {
+        const int bytes = min(STAGE_BYTES, body_bytes - q * STAGE_BYTES);
+        mbar_expect_tx(&bars[q], static_cast<uint32_t>(bytes));
+        tma_load_1d(ring + q * STAGE_BYTES, body + static_cast<int64_t>(q) * STAGE_BYTES, static_cast<uint32_t>(bytes),
+                    &bars[q]);
+      }
     }
   }
 
@@ -533,74 +566,159 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   }
 
   FIB_PROF(2);
-  uint64_t tau = 0ull;
-  uint32_t parity = 0u;
-  for (int s = 0, q = 0; s < nstages; ++s) {
-    const int sbytes = min(STAGE_BYTES, body_bytes - s * STAGE_BYTES);
+  if constexpr (!kRegStream) {
+    uint64_t tau = 0ull;
+    uint32_t parity = 0u;
+    for (int s = 0, q = 0; s < nstages; ++s) {
+      const int sbytes = min(STAGE_BYTES, body_bytes - s * STAGE_BYTES);
 #ifdef FIB_SAMPLING_PROFILE
-    unsigned long long w0_;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w0_));
+      unsigned long long w0_;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w0_));
 #endif
-    mbar_wait(&bars[q], parity);
+      mbar_wait(&bars[q], parity);
 #ifdef FIB_SAMPLING_PROFILE
-    {
-      unsigned long long w1_;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w1_));
-      FIB_PROF_ADD(21, w1_ - w0_);
-    }
+      {
+        unsigned long long w1_;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(w1_));
+        FIB_PROF_ADD(21, w1_ - w0_);
+      }
 #endif
-    if (s == 0) FIB_PROF(3);
-    // thread tid holds the 16-byte vectors tid (and kThreads + tid for fp32) of the stage
-    float x[kFilterPer] = {};
-    uint32_t vm = 0u;
+      if (s == 0) FIB_PROF(3);
+      // thread tid holds the 16-byte vectors tid (and kThreads + tid for fp32) of the stage
+      float x[kFilterPer] = {};
+      uint32_t vm = 0u;
 #pragma unroll
-    for (int v = 0; v < NV; ++v) {
-      const int off = (v * kThreads + tid) * 16;
-      if (off < sbytes) {
-        unpack(*reinterpret_cast<const uint4*>(ring + q * STAGE_BYTES + off), x, v * 4);
-        vm |= (DT == kF32 ? 0xfu : 0xffu) << (v * 4);
+      for (int v = 0; v < NV; ++v) {
+        const int off = (v * kThreads + tid) * 16;
+        if (off < sbytes) {
+          unpack(*reinterpret_cast<const uint4*>(ring + q * STAGE_BYTES + off), x, v * 4);
+          vm |= (DT == kF32 ? 0xfu : 0xffu) << (v * 4);
+        }
+      }
+      if (joint) joint_add(x, vm);
+      // (block-uniform) the first stage seeds tau (seed_tau)
+      if (s == 0 && k <= kSeedMaxK) {
+        tau = seed_tau(x, vm, k, logits, ssel);
+        if (tid == 0) s_tau = tau;
+      }
+      constexpr int TPV = 16 / ESIZE;  // tokens per vector
+      const int s0 = head + s * kFilterStage;
+      const int i0 = s0 + tid * TPV, i1 = DT == kF32 ? s0 + (kThreads + tid) * TPV : s0 + tid * TPV + 4;
+      // fast test: can any token of this warp reach tau? (raw values; NaN/negative/-0 compare low)
+      const float tf = key2f(static_cast<uint32_t>(tau >> 32));
+      const bool open = tau == 0ull || tf <= (logits ? -INFINITY : 0.0f);
+      float mx = x[0];
+#pragma unroll
+      for (int j = 1; j < kFilterPer; ++j) mx = fmaxf(mx, x[j]);
+      bool over = false;
+#ifdef FIB_SAMPLING_PROFILE
+      if (blockIdx.y == 0 && rank == 0 && lane == 0) {
+        atomicAdd(&g_fib_prof[15], 1ull);
+      }
+#endif
+      if (__any_sync(0xffffffffu, vm != 0u && (open || mx >= tf))) {
+#ifdef FIB_SAMPLING_PROFILE
+        if (blockIdx.y == 0 && rank == 0 && lane == 0) atomicAdd(&g_fib_prof[14], 1ull);
+#endif
+        over = append(x, i0, i1, vm, tau, open, tf);
+      }
+      // barrier: ring slot q fully read, appends done. The compaction decision comes from the
+      // warps' own atomics (the count only grows within a stage), so no thread reads s_cnt while
+      // a faster warp may already append the next stage.
+      const bool compact = __syncthreads_or(over) != 0;
+      if (tid == 0 && s + NST < nstages) {
+        const int s2 = s + NST;
+        const int bytes = min(STAGE_BYTES, body_bytes - s2 * STAGE_BYTES);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        mbar_expect_tx(&bars[q], static_cast<uint32_t>(bytes));
+        tma_load_1d(ring + q * STAGE_BYTES, body + static_cast<int64_t>(s2) * STAGE_BYTES, static_cast<uint32_t>(bytes),
+                    &bars[q]);
+      }
+      if (compact) {
+        const int cnt = s_cnt;
+        FIB_PROF_IF(g_fib_prof[10] == 0, 12);  // the first compaction's start / end
+        FIB_PROF_ADD(10, 1);
+        FIB_PROF_ADD(11, cnt);
+        Segs sg;
+        sg.seg[0] = buf;
+        sg.cnt[0] = cnt;
+        sg.nseg = 1;
+        const uint64_t t = kth_prefix(sg, k, ssel);
+        compact_ge(buf, cnt, t, &s_new);
+        if (tid == 0) {
+          s_cnt = s_new;
+          s_tau = t;
+        }
+        __syncthreads();
+        FIB_PROF_IF(g_fib_prof[10] == 1, 13);
+      }
+      tau = s_tau;
+      if (++q == NST) {
+        q = 0;
+        parity ^= 1u;
       }
     }
-    if (joint) joint_add(x, vm);
-    // (block-uniform) the first stage seeds tau (seed_tau)
-    if (s == 0 && k <= kSeedMaxK) {
-      tau = seed_tau(x, vm, k, logits, ssel);
-      if (tid == 0) s_tau = tau;
-    }
-    constexpr int TPV = 16 / ESIZE;  // tokens per vector
-    const int s0 = head + s * kFilterStage;
-    const int i0 = s0 + tid * TPV, i1 = DT == kF32 ? s0 + (kThreads + tid) * TPV : s0 + tid * TPV + 4;
-    // fast test: can any token of this warp reach tau? (raw values; NaN/negative/-0 compare low)
-    const float tf = key2f(static_cast<uint32_t>(tau >> 32));
-    const bool open = tau == 0ull || tf <= (logits ? -INFINITY : 0.0f);
-    float mx = x[0];
+  } else {
+    // ---- the stages (16-bit rows): each thread streams its own vector of every stage through two
+    // register buffers (stage s + 2 is loaded as soon as stage s is unpacked); no block barrier per
+    // stage. H200 (results/sampling_ab_reg_stream16_h200.json): bf16 / fp16 k = 50-200 at B = 256-512
+    // 3-15% faster than through the ring (bf16 B=512 V=128256 k=50 106.1 -> 93.0 us), k = 2048 within
+    // -4% / +1.3%; fp32 rows are 6-14% slower this way (FIB_FILTER_REG_STREAM_F32=1: B=512 V=128256
+    // 100.3 -> 112.6 us, also with each warp reading one contiguous KB per stage, or with the refill
+    // after the stage's appends), so they keep the ring. Stage 0
+    // runs block-wide (the seed, its compaction); after it, warps run ahead independently and tau
+    // (a register copy of s_tau) changes only at a compaction: a warp whose append passes the
+    // trigger raises s_flag and stops, every other warp stops at its next stage (each appends at
+    // most one more stage of its own after the count passed the trigger: <= trig + kFilterStage
+    // entries), and all meet at one barrier. A warp that has consumed every stage waits at that
+    // barrier too, so after it either s_flag is set (compact, go on) or every warp is done.
+    uint64_t tau = 0ull;
+    float tf = 0.0f;
+    bool open = true;
+    auto set_tau = [&](uint64_t t) {
+      tau = t;
+      tf = key2f(static_cast<uint32_t>(tau >> 32));  // fast test: raw values (NaN/negative/-0 compare low)
+      open = tau == 0ull || tf <= (logits ? -INFINITY : 0.0f);
+    };
+    set_tau(0ull);
+    // consumes stage s from r (then refills r with stage s + 2): joint sum, vote, appends; true when
+    // this warp's append passed the trigger
+    auto step = [&](uint4 (&r)[NV], int s, bool first) -> bool {
+      float x[kFilterPer] = {};
+      uint32_t vm = 0u;
+      const int sb = body_bytes - s * STAGE_BYTES;
 #pragma unroll
-    for (int j = 1; j < kFilterPer; ++j) mx = fmaxf(mx, x[j]);
-    bool over = false;
+      for (int v = 0; v < NV; ++v) {
+        unpack(r[v], x, v * 4);
+        if ((v * kThreads + tid) * 16 < sb) vm |= (DT == kF32 ? 0xfu : 0xffu) << (v * 4);
+      }
+      if (!first && s + 2 < nstages) load_stage(s + 2, r);  // (early: its registers are free)
+      if (joint) joint_add(x, vm);
+      if (first && k <= kSeedMaxK) {  // stage 0 (block-wide; a constant argument): the seed
+        set_tau(seed_tau(x, vm, k, logits, ssel));
+        if (tid == 0) s_tau = tau;
+      }
+      constexpr int TPV = 16 / ESIZE;  // tokens per vector
+      const int s0 = head + s * kFilterStage;
+      const int i0 = s0 + tid * TPV, i1 = DT == kF32 ? s0 + (kThreads + tid) * TPV : i0 + 4;
+      float mx = x[0];
+#pragma unroll
+      for (int j = 1; j < kFilterPer; ++j) mx = fmaxf(mx, x[j]);
+      bool over = false;
 #ifdef FIB_SAMPLING_PROFILE
-    if (blockIdx.y == 0 && rank == 0 && lane == 0) {
-      atomicAdd(&g_fib_prof[15], 1ull);
-    }
+      if (blockIdx.y == 0 && rank == 0 && lane == 0) atomicAdd(&g_fib_prof[15], 1ull);
 #endif
-    if (__any_sync(0xffffffffu, vm != 0u && (open || mx >= tf))) {
+      if (__any_sync(0xffffffffu, vm != 0u && (open || mx >= tf))) {
 #ifdef FIB_SAMPLING_PROFILE
-      if (blockIdx.y == 0 && rank == 0 && lane == 0) atomicAdd(&g_fib_prof[14], 1ull);
+        if (blockIdx.y == 0 && rank == 0 && lane == 0) atomicAdd(&g_fib_prof[14], 1ull);
 #endif
-      over = append(x, i0, i1, vm, tau, open, tf);
-    }
-    // barrier: ring slot q fully read, appends done. The compaction decision comes from the
-    // warps' own atomics (the count only grows within a stage), so no thread reads s_cnt while
-    // a faster warp may already append the next stage.
-    const bool compact = __syncthreads_or(over) != 0;
-    if (tid == 0 && s + NST < nstages) {
-      const int s2 = s + NST;
-      const int bytes = min(STAGE_BYTES, body_bytes - s2 * STAGE_BYTES);
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      mbar_expect_tx(&bars[q], static_cast<uint32_t>(bytes));
-      tma_load_1d(ring + q * STAGE_BYTES, body + static_cast<int64_t>(s2) * STAGE_BYTES, static_cast<uint32_t>(bytes),
-                  &bars[q]);
-    }
-    if (compact) {
+        over = append(x, i0, i1, vm, tau, open, tf);
+      }
+      if (first && s + 2 < nstages) load_stage(s + 2, r);  // (after the seed's barriers)
+      return over;
+    };
+    // block-wide: compacts the buffer to the k-th largest and raises tau (every thread)
+    auto compact_all = [&]() {
       const int cnt = s_cnt;
       FIB_PROF_IF(g_fib_prof[10] == 0, 12);  // the first compaction's start / end
       FIB_PROF_ADD(10, 1);
@@ -614,14 +732,28 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       if (tid == 0) {
         s_cnt = s_new;
         s_tau = t;
+        s_flag = 0;
       }
       __syncthreads();
       FIB_PROF_IF(g_fib_prof[10] == 1, 13);
+      set_tau(s_tau);
+    };
+    if (nstages > 0) {
+      FIB_PROF(3);
+      if (__syncthreads_or(step(pf0, 0, true)) != 0) compact_all();
     }
-    tau = s_tau;
-    if (++q == NST) {
-      q = 0;
-      parity ^= 1u;
+    volatile int* flag = &s_flag;
+    for (int s = 1;;) {
+      while (s < nstages) {
+        // (the two buffers by name: indexing them by s & 1 would put them in local memory)
+        const bool over = (s & 1) ? step(pf1, s, false) : step(pf0, s, false);
+        ++s;
+        if (over) *flag = 1;
+        if (__any_sync(0xffffffffu, over) || *flag != 0) break;
+      }
+      __syncthreads();  // every warp is done or stopped for a compaction; its appends are visible
+      if (*flag == 0) break;
+      compact_all();
     }
   }
   FIB_PROF(4);

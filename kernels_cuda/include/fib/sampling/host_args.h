@@ -139,7 +139,6 @@ inline Call read_call(const TensorView& input, const TensorView& out, int64_t fl
   p.is_logits = is_logits ? 1 : 0;
   p.mode = mode;
   p.joint = (flags & kFlagJoint) ? 1 : 0;
-  p.elem16 = c.dt != kF32 ? 1 : 0;
   check_device(out, c.dev, need_cuda, "out");
   if (mode == kSample) {
     // [B] (or 0-d / [1] for one row), int64, contiguous

@@ -41,7 +41,6 @@ struct Params {
   int64_t* out_idx;   // sample output
   int B, V, chunk;
   int is_logits, mode, resident, joint;
-  int elem16;  // input is bf16/fp16 (launch policy only)
   int hist_bytes;  // bytes of histogram space before the resident keys (0: none; top-p alone then
                    // overlays its histograms on the keys, see sample_row 4.)
   const void* top_k_arr;
