@@ -665,7 +665,8 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     // 3-15% faster than through the ring (bf16 B=512 V=128256 k=50 106.1 -> 93.0 us), k = 2048 within
     // -4% / +1.3%; fp32 rows are 6-14% slower this way (FIB_FILTER_REG_STREAM_F32=1: B=512 V=128256
     // 100.3 -> 112.6 us, also with each warp reading one contiguous KB per stage, or with the refill
-    // after the stage's appends), so they keep the ring. Stage 0
+    // after the stage's appends, or with each warp's KB arriving by its own TMA bulk copy: 105.3),
+    // so they keep the ring. Stage 0
     // runs block-wide (the seed, its compaction); after it, warps run ahead independently and tau
     // (a register copy of s_tau) changes only at a compaction: a warp whose append passes the
     // trigger raises s_flag and stops, every other warp stops at its next stage (each appends at
