@@ -15,8 +15,8 @@
 //     probabilities and -0 all compare below it), and only warps with a possible candidate build
 //     composites and append them to a shared-memory buffer (one shared atomic per warp). When the
 //     buffer passes the trigger, an exact radix select raises tau to the current k-th largest and
-//     compacts the buffer to k entries. Rows with
-//     k <= kSeedMaxK start tau from the first stage's lane maxima (seed_tau), so that stage
+//     compacts the buffer to k entries. Rows with k <= kSeedMaxK start tau from the first
+//     stage's lane maxima (seed_tau; rows of one CTA: the first two stages'), so that stage
 //     appends ~k tokens instead of all 4096 and its compaction (~4-6 us) is gone.
 //  3. Rank 0 of the cluster selects the top-k among the S local sets (pushed whole and back to
 //     back into its idle ring over DSMEM when they fit, offsets reserved by a DSMEM atomic, else
@@ -59,6 +59,9 @@ static_assert(kFilterTrigger >= kFilterMaxK, "compaction must leave room for a s
 static_assert(kFilterSmem >= 2 * kHistBufBytes, "the general fallback needs its histograms");
 static_assert(kFilterCap - kFilterMaxK + 2 * kRankSortMax <= kFilterCap && kFilterRingBytes / 8 >= 2 * kRankSortMax,
               "sort_desc_top's output fits past the merged set");
+#ifndef FIB_FILTER_SEED_STAGES  // stages whose lane maxima seed tau (1 or 2; 2: rows of one CTA)
+#define FIB_FILTER_SEED_STAGES 2
+#endif
 #ifndef FIB_FILTER_REG_STREAM_F32  // 1: fp32 rows take the register stream too (H200: slower, see the kernel)
 #define FIB_FILTER_REG_STREAM_F32 0
 #endif
@@ -282,22 +285,25 @@ __device__ int compact_ge(uint64_t* buf, int n, uint64_t t, int* s_new) {
   return *s_new;
 }
 
-// A lower bound for this slice's k-th largest token (k <= kSeedMaxK) from its first ring stage,
-// x / vm (the thread's tokens and which are valid): every lane's maximum (valid tokens, NaN
-// dropped), each warp's kSeedLanes largest lane maxima into shared memory (a warp's bitonic
+// A lower bound for this slice's k-th largest token (k <= kSeedMaxK) from its first stages: m is
+// each lane's maximum over its valid tokens of them (lane_max; NaN dropped); each warp's
+// kSeedLanes largest lane maxima go into shared memory (a warp's bitonic
 // sort), and the k-th largest of those kSeedMaxK values (ranks by counting, ties by slot). The
 // lane maxima at or above it are k distinct tokens, so the slice's k-th largest is at least that
-// value; with k << kSeedMaxK it is about the k-th largest of all 512 lane maxima (k = 50: the
-// ~1.3% quantile of the stage, where the exact select of the stage's top k gives ~1.2%).
+// value; with k << kSeedMaxK it is about the k-th largest of all 512 lane maxima (k = 50, one
+// stage: the ~1.3% quantile of the stage, where the exact select of the stage's top k gives
+// ~1.2%; two stages, rows of one CTA: about half of that, so half the appends).
 // Returns the composite floor (key << 32) of the value, or 0 where it is no bound (not above 0
 // for probs, -inf for logits: every token stays open). Uses sm.hist as scratch (kth_prefix
 // clears it before use). All threads; two block barriers.
-__device__ uint64_t seed_tau(const float (&x)[kFilterPer], uint32_t vm, int k, bool logits, SelectSmem& sm) {
-  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
-  float m = -INFINITY;
+__device__ __forceinline__ float lane_max(const float (&x)[kFilterPer], uint32_t vm, float m = -INFINITY) {
 #pragma unroll
   for (int j = 0; j < kFilterPer; ++j)
     if ((vm >> j) & 1u) m = fmaxf(m, x[j]);  // (fmaxf drops NaN)
+  return m;
+}
+__device__ uint64_t seed_tau(float m, int k, bool logits, SelectSmem& sm) {
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 #pragma unroll
   for (int size = 2; size <= 32; size <<= 1) {
 #pragma unroll
@@ -596,9 +602,27 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
         }
       }
       if (joint) joint_add(x, vm);
-      // (block-uniform) the first stage seeds tau (seed_tau)
+      // (block-uniform) the first stage seeds tau (seed_tau), with stage 1 where a row has one CTA
+      // (H200, results/sampling_ab_seed2_h200.json: V=32000 B=512 k=50 47.7 -> 43.6 us, V=128256
+      // 100.3 -> 94.9; with S = 2 the slices end with larger sets to merge, B=64 29.8 -> 30.8)
       if (s == 0 && k <= kSeedMaxK) {
-        tau = seed_tau(x, vm, k, logits, ssel);
+        float m = lane_max(x, vm);
+        if (FIB_FILTER_SEED_STAGES > 1 && S == 1 && nstages > 1) {  // stage 1 too (in flight since the start)
+          mbar_wait(&bars[1], 0u);
+          const int sb1 = min(STAGE_BYTES, body_bytes - STAGE_BYTES);
+          float x1[kFilterPer] = {};
+          uint32_t vm1 = 0u;
+#pragma unroll
+          for (int v = 0; v < NV; ++v) {
+            const int off = (v * kThreads + tid) * 16;
+            if (off < sb1) {
+              unpack(*reinterpret_cast<const uint4*>(ring + STAGE_BYTES + off), x1, v * 4);
+              vm1 |= (DT == kF32 ? 0xfu : 0xffu) << (v * 4);
+            }
+          }
+          m = lane_max(x1, vm1, m);
+        }
+        tau = seed_tau(m, k, logits, ssel);
         if (tid == 0) s_tau = tau;
       }
       constexpr int TPV = 16 / ESIZE;  // tokens per vector
@@ -696,7 +720,19 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       if (!first && s + 2 < nstages) load_stage(s + 2, r);  // (early: its registers are free)
       if (joint) joint_add(x, vm);
       if (first && k <= kSeedMaxK) {  // stage 0 (block-wide; a constant argument): the seed
-        set_tau(seed_tau(x, vm, k, logits, ssel));
+        float m = lane_max(x, vm);
+        if (FIB_FILTER_SEED_STAGES > 1 && S == 1 && nstages > 1) {  // stage 1 too (pf1)
+          float x1[kFilterPer] = {};
+          uint32_t vm1 = 0u;
+          const int sb1 = body_bytes - STAGE_BYTES;
+#pragma unroll
+          for (int v = 0; v < NV; ++v) {
+            unpack(pf1[v], x1, v * 4);
+            if ((v * kThreads + tid) * 16 < sb1) vm1 |= (DT == kF32 ? 0xfu : 0xffu) << (v * 4);
+          }
+          m = lane_max(x1, vm1, m);
+        }
+        set_tau(seed_tau(m, k, logits, ssel));
         if (tid == 0) s_tau = tau;
       }
       constexpr int TPV = 16 / ESIZE;  // tokens per vector
