@@ -35,7 +35,8 @@ OPS = [(op, B, V) for op in ("top_p", "plain", "min_p") for V, Bs in ((128256, (
        for B in Bs] + [("top_p_rows", B, 128256) for B in (64, 512)]
 # top-k+top-p from 16-bit logits (top_k_first, p=0.9): (dtype, B, V, k, knob); B >= 256 at V >= 128256
 # runs the filter kernel (k = 50 / 100: seeded, ranked final set; k = 200: ranked; k = 2048: sorted);
-# the last points put the policy's 16-bit threshold (12M tokens, B >= 48) beside forced kernels
+# the last points put the policy's kernel for 16-bit rows beside forced ones (its 16-bit threshold was
+# 12M tokens before the 16-bit register stream, 6M as for fp32 since)
 LOGITS16 = [(dt, B, V, k, 0) for dt in ("bf16", "fp16") for B, V in ((256, 128256), (512, 128256), (512, 151936))
             for k in (50, 100, 200, 2048)] + [
     ("bf16", B, V, 50, cl) for B, V, cls in ((64, 128256, (0, 1002, 1001)), (128, 128256, (0, 999)),

@@ -43,13 +43,14 @@ namespace sampling {
 
 constexpr int kFilterMaxK = 2048;                    // = kCand: finish_sorted holds 4 per thread
 constexpr int kFilterPer = 8;                        // tokens per thread per ring stage
-constexpr int kFilterStage = kThreads * kFilterPer;  // 4096 tokens per stage (one barrier each)
+constexpr int kFilterStage = kThreads * kFilterPer;  // 4096 tokens per stage
 constexpr int kFilterCap = 2 * kFilterStage;         // candidate buffer: 8192 u64 (64 KB)
 constexpr int kFilterTrigger = kFilterCap - kFilterStage;  // compact above this (>= kFilterMaxK)
-// 2 fp32 stages / 5 half stages (H200: 48 KB, 3 fp32 stages, was no faster: the loop does not
+// 2 fp32 stages (16-bit rows stream through registers; the ring then only holds the merge's pushed
+// sets). H200: 48 KB, 3 fp32 stages, was no faster (the loop does not
 // wait on memory, profiled mbarrier waits are < 4 us per row of 31 stages; nor was a ring of 9
 // stages when one CTA has an SM to itself, B=64 33.8 vs 33.8 us: an SM streams ~20-25 GB/s from
-// HBM however many bytes it has in flight)
+// HBM however many bytes it has in flight; measured before the 16-bit register stream)
 constexpr int kFilterRingBytes = 40 * 1024;
 constexpr size_t kFilterSmem = kFilterRingBytes + kFilterCap * sizeof(uint64_t);  // 104 KB: 2 CTAs/SM
 // final sets of up to this many entries are sorted whole, without a select first (H200: 256 and
@@ -380,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   constexpr int ESIZE = (DT == kF32) ? 4 : 2;
   constexpr int STAGE_BYTES = kFilterStage * ESIZE;
   constexpr int NV = (DT == kF32) ? 2 : 1;                // 16-byte vectors per thread per stage
-  constexpr int NST = kFilterRingBytes / STAGE_BYTES;    // 2 (fp32) or 5 (16-bit)
+  constexpr int NST = kFilterRingBytes / STAGE_BYTES;    // ring stages: 2 (fp32; 16-bit rows: unused)
   unsigned char* ring = dsm;
   uint64_t* buf = reinterpret_cast<uint64_t*>(dsm + kFilterRingBytes);
   // the stage loop: a TMA ring with one block barrier per stage (fp32) or a register stream
