@@ -573,6 +573,27 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   }
 
   FIB_PROF(2);
+  // block-wide: compacts the buffer to its k-th largest, which becomes s_tau (every thread; ends
+  // with a barrier); clear_flag (a constant): the register stream's s_flag is reset with it
+  auto compact_buf = [&](bool clear_flag) {
+    const int cnt = s_cnt;
+    FIB_PROF_IF(g_fib_prof[10] == 0, 12);  // the first compaction's start / end
+    FIB_PROF_ADD(10, 1);
+    FIB_PROF_ADD(11, cnt);
+    Segs sg;
+    sg.seg[0] = buf;
+    sg.cnt[0] = cnt;
+    sg.nseg = 1;
+    const uint64_t t = kth_prefix(sg, k, ssel);
+    compact_ge(buf, cnt, t, &s_new);
+    if (tid == 0) {
+      s_cnt = s_new;
+      s_tau = t;
+      if (clear_flag) s_flag = 0;
+    }
+    __syncthreads();
+    FIB_PROF_IF(g_fib_prof[10] == 1, 13);
+  };
   if constexpr (!kRegStream) {
     uint64_t tau = 0ull;
     uint32_t parity = 0u;
@@ -659,24 +680,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
         tma_load_1d(ring + q * STAGE_BYTES, body + static_cast<int64_t>(s2) * STAGE_BYTES, static_cast<uint32_t>(bytes),
                     &bars[q]);
       }
-      if (compact) {
-        const int cnt = s_cnt;
-        FIB_PROF_IF(g_fib_prof[10] == 0, 12);  // the first compaction's start / end
-        FIB_PROF_ADD(10, 1);
-        FIB_PROF_ADD(11, cnt);
-        Segs sg;
-        sg.seg[0] = buf;
-        sg.cnt[0] = cnt;
-        sg.nseg = 1;
-        const uint64_t t = kth_prefix(sg, k, ssel);
-        compact_ge(buf, cnt, t, &s_new);
-        if (tid == 0) {
-          s_cnt = s_new;
-          s_tau = t;
-        }
-        __syncthreads();
-        FIB_PROF_IF(g_fib_prof[10] == 1, 13);
-      }
+      if (compact) compact_buf(false);
       tau = s_tau;
       if (++q == NST) {
         q = 0;
@@ -755,25 +759,8 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       if (first && s + 2 < nstages) load_stage(s + 2, r);  // (after the seed's barriers)
       return over;
     };
-    // block-wide: compacts the buffer to the k-th largest and raises tau (every thread)
-    auto compact_all = [&]() {
-      const int cnt = s_cnt;
-      FIB_PROF_IF(g_fib_prof[10] == 0, 12);  // the first compaction's start / end
-      FIB_PROF_ADD(10, 1);
-      FIB_PROF_ADD(11, cnt);
-      Segs sg;
-      sg.seg[0] = buf;
-      sg.cnt[0] = cnt;
-      sg.nseg = 1;
-      const uint64_t t = kth_prefix(sg, k, ssel);
-      compact_ge(buf, cnt, t, &s_new);
-      if (tid == 0) {
-        s_cnt = s_new;
-        s_tau = t;
-        s_flag = 0;
-      }
-      __syncthreads();
-      FIB_PROF_IF(g_fib_prof[10] == 1, 13);
+    auto compact_all = [&]() {  // (s_flag is cleared with the compaction, before its barrier)
+      compact_buf(true);
       set_tau(s_tau);
     };
     if (nstages > 0) {
