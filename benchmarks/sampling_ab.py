@@ -42,6 +42,10 @@ LOGITS16 = [(dt, B, V, k, 0) for dt in ("bf16", "fp16") for B, V in ((256, 12825
     ("bf16", B, V, 50, cl) for B, V, cls in ((64, 128256, (0, 1002, 1001)), (128, 128256, (0, 999)),
                                              (256, 32000, (0, 1001)), (64, 151936, (0, 1002)))
     for cl in cls]
+# the grid's small batches (the cluster kernel below the filter threshold; B=64 at V >= 128256 is the
+# filter kernel's): (B, V, k), from fp32 probs and fp32 logits, top_k_first and joint, p=0.9
+SMALL = [(B, V, k) for V in (32000, 128256, 151936) for B in (1, 16, 64) for k in (50,)] + [
+    (1, 32000, 2048), (1, 128256, 2048), (16, 128256, 2048)]
 OPS_KNOBS = [(op, B, 128256, cl) for op in ("plain", "top_p", "min_p") for B in (256, 512) for cl in (5, 6)]
 PROFILE = [(1, 128256, 50, 1001), (1, 128256, 50, 1004), (16, 128256, 50, 1008), (64, 128256, 50, 1002),
            (512, 128256, 50, 1001), (512, 128256, 2048, 1001), (512, 32000, 50, 1001), (256, 32000, 50, 1001),
@@ -284,6 +288,29 @@ def child(args):
         res["timing"].append(r)
         log(f"time {r}")
     cache.clear()
+    if args.small:
+        res["small"] = []
+        for B, V, k in SMALL:
+            lgs = make_inputs(B, V, "peaked")
+            prs = [torch.softmax(x, -1) for x in lgs]
+            kt = torch.full((B,), k, dtype=torch.int32, device=dev)
+            pt = torch.full((B,), 0.9, device=dev)
+            outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
+            r = {"B": B, "V": V, "k": k}
+            r["us"] = graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
+                prs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)])
+            r["logits_us"] = graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(
+                lgs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)])
+            r["joint_us"] = graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(
+                lgs[i], kt, pt, filter_apply_order="joint", seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)])
+            if args.cake and FI.ok and k <= 1024:
+                r["cake_us"] = graph_time([
+                    (lambda i=i: FI.cake.top_k_top_p_sampling_from_probs(
+                        prs[i], kt, pt, top_k_max=k, philox_seed=1234, philox_offset=0)) for i in range(4)])
+            res["small"].append(r)
+            log(f"small {r}")
+            del lgs, prs
+        torch.cuda.empty_cache()
     if args.logits16:
         res["logits16"] = []
         for dt, B, V, k, cl in LOGITS16:
@@ -346,6 +373,7 @@ def main():
     ap.add_argument("--ops", action="store_true", help="also time top-p / plain / min-p (OPS) and check their identity")
     ap.add_argument("--skip-points", action="store_true", help="skip the top-k+top-p POINTS")
     ap.add_argument("--logits16", action="store_true", help="also time top-k+top-p from bf16 / fp16 logits (LOGITS16)")
+    ap.add_argument("--small", action="store_true", help="also time the grid's small batches (SMALL), probs / logits / joint")
     ap.add_argument("--skip-identity", action="store_true", help="skip the top-k+top-p identity checks")
     ap.add_argument("--child", default="")
     args = ap.parse_args()
@@ -362,13 +390,26 @@ def main():
         env = dict(os.environ, FIB_KERNELS_DIR=str(Path(d).resolve()))
         cmd = [sys.executable, __file__, "--child", str(tmp)] + (["--cake"] if args.cake and i == 0 else [])
         cmd += [f for f, on in (("--ops", args.ops), ("--skip-points", args.skip_points), ("--logits16", args.logits16),
-                                ("--skip-identity", args.skip_identity)) if on]
+                                ("--skip-identity", args.skip_identity), ("--small", args.small)) if on]
         print(f"== build {name} ({d})", flush=True)
         rc = subprocess.call(cmd, env=env)
         allres["builds"][name] = json.loads(tmp.read_text()) if rc == 0 and tmp.exists() else {"rc": rc}
         (out / "sampling_ab.json").write_text(json.dumps(allres, indent=1))
     names = list(allres["builds"])
     _table(allres, names, ["B", "V", "k", "knob"], POINTS, "timing", "cake_us", "cake")
+    if args.small:
+        for key, ref in (("us", "cake_us"), ("logits_us", "cake_us"), ("joint_us", "-")):
+            print(f"\n{key}")
+            print("| B | V | k | " + " | ".join(names) + " | ref |")
+            for j, pt in enumerate(SMALL):
+                cells = []
+                refv = "–"
+                for n in names:
+                    t = allres["builds"][n].get("small", [])
+                    cells.append(f"{t[j][key]:.2f}" if j < len(t) else "–")
+                    if j < len(t) and ref in t[j]:
+                        refv = f"{t[j][ref]:.2f}"
+                print("| " + " | ".join(map(str, pt)) + " | " + " | ".join(cells) + f" | {refv} |")
     if args.logits16:
         _table(allres, names, ["dtype", "B", "V", "k", "knob"], LOGITS16, "logits16", "-", "-")
     if args.ops:

@@ -246,6 +246,14 @@ __device__ __forceinline__ void cl_arrive() {
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 #endif
 }
+// An arrive that publishes nothing (a CTA has started, or has finished reading the others' shared
+// memory): .release compiles to MEMBAR.ALL.CTA + MEMBAR.ALL.GPU, which waits for every memory
+// operation of the thread still in flight, global loads included.
+__device__ __forceinline__ void cl_arrive_relaxed() {
+#if FIB_HAS_CLUSTER
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void cl_wait() {
 #if FIB_HAS_CLUSTER
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");

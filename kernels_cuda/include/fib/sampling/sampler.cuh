@@ -472,10 +472,14 @@ __device__ __forceinline__ void bitonic_sort_desc(uint64_t* G, int P) {
 // of larger entries, counted by 2-4 adjacent lanes (a strided share each, summed by shuffles), so
 // no thread waits on a chain of exchanges as in the one-warp 128-entry network. The same order,
 // hence the same token, as the sort. All threads; ends with a block barrier.
+// RankSmall: sets of at most 64 are ranked too (8 lanes per entry; the cluster kernel: one
+// barrier instead of warp 0's 21-step shuffle network while the other 15 warps wait).
 constexpr int kRankSortMax = 256;
+template <bool RankSmall = false>
 __device__ __forceinline__ bool sort_desc_top_to(uint64_t* G, int n, int kk, uint64_t* D) {
-  if (n > 64 && n <= kRankSortMax) {  // (block-uniform)
-    const int lg = n <= 128 ? 2 : 1;  // log2 of the lanes per entry: kThreads / 128 or / 256
+  if ((n > 64 || (RankSmall && n > 0)) && n <= kRankSortMax) {  // (block-uniform)
+    // log2 of the lanes per entry: kThreads / 64, / 128 or / 256
+    const int lg = (RankSmall && n <= 64) ? 3 : (n <= 128 ? 2 : 1);
     const int tpe = 1 << lg;
     const int i = threadIdx.x >> lg, h = threadIdx.x & (tpe - 1);
     const uint64_t v = i < n ? G[i] : 0ull;
@@ -646,7 +650,8 @@ __device__ __forceinline__ int64_t reject_rounds(const Params& p, int row, int64
 // finish_sorted for nc <= 64 candidates, by warp 0 alone (no block barriers):
 // same weights, same exact top-p rule (ties kept together), same inverse-CDF draw, same token.
 __device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t* G, int nc, const WeightCtx& wc,
-                                                bool use_p, float tp, uint64_t joint_base, bool joint, int row) {
+                                                bool use_p, float tp, uint64_t joint_base, bool joint, int row,
+                                                const uint64_t* rnd = nullptr) {
   if (threadIdx.x >= 32) return;
   const int l = threadIdx.x;
   const bool va = l < nc, vb = l + 32 < nc;
@@ -674,7 +679,7 @@ __device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t*
     if (l == 0) p.out_idx[row] = 0;
     return;
   }
-  const uint64_t tgt = row_draw_target(p, row, tot);
+  const uint64_t tgt = rnd ? __umul64hi(*rnd, tot) : row_draw_target(p, row, tot);
   if (l < nkeep && wa > 0 && exa <= tgt && tgt < exa + wa)
     p.out_idx[row] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(G[l]));
   if (l + 32 < nkeep && wb > 0 && exb <= tgt && tgt < exb + wb)
@@ -684,11 +689,12 @@ __device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t*
 // G[0..nc) = candidates (key << 32 | ~index) sorted descending (value desc, index asc), nc <= 2048.
 // top-p on the sorted prefix sums (exact, ties kept together), then the inverse-CDF draw.
 // base = joint ? full-row weight total : 0 (0: the kept total, i.e. top_k_first).
+// rnd: the row's kTagDraw random (row_random64) when the caller computed it early, else nullptr.
 __device__ __forceinline__ void finish_sorted(const Params& p, const uint64_t* G, int nc, const WeightCtx& wc,
                                               bool use_p, float tp, uint64_t joint_base, bool joint, int row,
-                                              uint64_t* sh_scratch, uint64_t* sh_tot) {
+                                              uint64_t* sh_scratch, uint64_t* sh_tot, const uint64_t* rnd = nullptr) {
   if (nc <= 64) {  // (block-uniform) one warp, no block barriers: the same token
-    finish_sorted64(p, G, nc, wc, use_p, tp, joint_base, joint, row);
+    finish_sorted64(p, G, nc, wc, use_p, tp, joint_base, joint, row, rnd);
     return;
   }
   const int tid = threadIdx.x;
@@ -738,7 +744,7 @@ __device__ __forceinline__ void finish_sorted(const Params& p, const uint64_t* G
     if (tid == 0) p.out_idx[row] = 0;
     return;
   }
-  const uint64_t tgt = row_draw_target(p, row, tot);
+  const uint64_t tgt = rnd ? __umul64hi(*rnd, tot) : row_draw_target(p, row, tot);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const int j = 4 * tid + q;
@@ -789,7 +795,8 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   __shared__ uint32_t sh_pmax[kMaxCluster];
   __shared__ uint64_t sh_pcsum[kMaxCluster * kGroups];
   __shared__ uint64_t sh_pcnt[kMaxCluster], sh_pw[kMaxCluster];
-  // (no new static arrays: the filter kernel, which inlines this function, must keep 2 CTAs per SM)
+  // (no new static arrays: the filter kernel, which inlines this function, must keep 2 CTAs per SM:
+  // 2 x (104 KB + its 8576 bytes of static shared memory + 1 KB reserved) of 228 KB)
   // the draw's CTA kept masses reuse sh_pcnt (read by 2a long before; 2a and 4a return early)
   uint64_t* const sh_ptot = sh_pcnt;
 
@@ -801,6 +808,38 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   const int n = n_rem <= 0 ? 0 : static_cast<int>(n_rem < chunk ? n_rem : chunk);
   const bool logits = p.is_logits != 0;
   const char* in_row = reinterpret_cast<const char*>(p.in) + (static_cast<int64_t>(row) * p.in_stride + start) * ESIZE;
+
+  FIB_PROF(0);
+  constexpr int VEC = 16 / ESIZE;
+  const bool vec_ok = (reinterpret_cast<uintptr_t>(in_row) & 15) == 0;
+  const int nv = vec_ok ? n / VEC : 0;
+  const uint4* src = reinterpret_cast<const uint4*>(in_row);
+  // resident fp32 slices arrive by TMA bulk copies (the whole slice in flight at once, no
+  // registers held) and are then turned into keys in place. H200, B=512 V=128256 against the
+  // register loads: plain 201.9 -> 190.2 us, top-p 286.8 -> 273.4, min-p 162.9 -> 150.9; small
+  // batches time the same (one SM streams ~25 GB/s either way). Issued before anything else: the
+  // per-row parameters below are global loads, and the entry's cluster arrive used to wait for them
+  // (a release arrive is a GPU-scope memory barrier) before the first byte was requested.
+  bool tma = false;
+#if FIB_HAS_CLUSTER
+  __shared__ uint64_t sh_lbar;
+  if constexpr (DT == kF32) tma = resident && nv > 0;
+  if (tma && tid == 0) {
+    mbar_init(&sh_lbar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    const uint32_t bytes = static_cast<uint32_t>(nv) * 16u;
+    mbar_expect_tx(&sh_lbar, bytes);
+    for (uint32_t o = 0; o < bytes; o += 32768u)
+      tma_load_1d(skeys + o / 4, src + o / 16, min(32768u, bytes - o), &sh_lbar);
+  }
+#endif
+  // this CTA has started: its shared memory may take pushes once every rank arrived (relaxed: the
+  // arrive publishes nothing, so it need not wait for this thread's loads)
+  cl_arrive_relaxed();
+  // the row's kTagDraw random, computed while the slice is in flight (its seed and offset are global
+  // loads): every draw of a kept set in this row without a retry uses it
+  __shared__ uint64_t sh_rnd;
+  if (tid == 32) sh_rnd = row_random64(row_seed(p, row), row_offset(p, row), static_cast<uint32_t>(row), kTagDraw);
 
   // ---- per-row parameters
   int k = row_top_k(p, row);
@@ -818,8 +857,6 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   const bool use_m = mp > 0.0f;
   mp = fminf(mp, 1.0f);
 
-  FIB_PROF(0);
-  cl_arrive();  // this CTA has started: its shared memory may take pushes once every rank arrived
 #ifdef FIB_SAMPLING_PROFILE
   if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0)
     for (int q = 10; q < 18; ++q) g_fib_prof[q] = 0ull;
@@ -831,28 +868,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   if (p.hist_bytes)
     for (int b = tid; b < kBins; b += kThreads) cnt0[b] = 0u;
   if (tid == 0) sh_max = 0u;
-  constexpr int VEC = 16 / ESIZE;
-  const bool vec_ok = (reinterpret_cast<uintptr_t>(in_row) & 15) == 0;
-  const int nv = vec_ok ? n / VEC : 0;
-  const uint4* src = reinterpret_cast<const uint4*>(in_row);
-  // resident fp32 slices arrive by TMA bulk copies (the whole slice in flight at once, no
-  // registers held) and are then turned into keys in place. H200, B=512 V=128256 against the
-  // register loads: plain 201.9 -> 190.2 us, top-p 286.8 -> 273.4, min-p 162.9 -> 150.9; small
-  // batches time the same (one SM streams ~25 GB/s either way)
-  bool tma = false;
-#if FIB_HAS_CLUSTER
-  __shared__ uint64_t sh_lbar;
-  if constexpr (DT == kF32) tma = resident && nv > 0;
-  if (tma && tid == 0) {
-    mbar_init(&sh_lbar, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    const uint32_t bytes = static_cast<uint32_t>(nv) * 16u;
-    mbar_expect_tx(&sh_lbar, bytes);
-    for (uint32_t o = 0; o < bytes; o += 32768u)
-      tma_load_1d(skeys + o / 4, src + o / 16, min(32768u, bytes - o), &sh_lbar);
-  }
-#endif
-  __syncthreads();
+  __syncthreads();  // (the mbarrier's init, the zeroed histogram)
 
   // ---- 1. load (+ delegate histogram)
   uint32_t dkey = 0;
@@ -1057,18 +1073,18 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
           while (P < nc) P <<= 1;
           for (int j = nc + tid; j < P; j += kThreads) G[j] = 0ull;
           __syncthreads();
-          cl_arrive();
+          cl_arrive_relaxed();  // (rank 0 has read the other CTAs' lists: they may exit)
           FIB_PROF(6);
           int nk = nc < k ? nc : k;
-          const uint64_t* Gs = sort_desc_top_to(G, nc, nk, G + kRankSortMax) ? G + kRankSortMax : G;  // (G: 4096 u64)
+          const uint64_t* Gs = sort_desc_top_to<true>(G, nc, nk, G + kRankSortMax) ? G + kRankSortMax : G;  // (G: 4096 u64)
           FIB_PROF(7);
           FIB_PROF_ADD(10, nc);
           if (use_m) nk = min_p_keep(Gs, nk, wc, logits, T, mp);
           finish_sorted(p, Gs, nk, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch,
-                        &sh_above);
+                        &sh_above, &sh_rnd);  // (candidate paths draw with kTagDraw)
           FIB_PROF(8);
         } else {
-          cl_arrive();
+          cl_arrive_relaxed();
         }
         cl_wait();
         return;
@@ -1187,11 +1203,12 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       while (P < nc) P <<= 1;
       for (int j = nc + tid; j < P; j += kThreads) G[j] = 0ull;
       __syncthreads();
-      cl_arrive();  // rank 0 is done reading the other CTAs
+      cl_arrive_relaxed();  // rank 0 is done reading the other CTAs
       const uint64_t* Gs = sort_desc_top_to(G, nc, nc, G + kRankSortMax) ? G + kRankSortMax : G;
-      finish_sorted(p, Gs, nc, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch, &sh_above);
+      finish_sorted(p, Gs, nc, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch, &sh_above,
+                    &sh_rnd);
     } else {
-      cl_arrive();
+      cl_arrive_relaxed();
     }
     cl_wait();
     return;
@@ -1399,7 +1416,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 
   // ---- 5. output
   if (p.mode == kMaskLogits) {
-    cl_arrive();
+    cl_arrive_relaxed();  // (no remote access follows: the others may exit once this CTA is here)
     char* orow = reinterpret_cast<char*>(p.out_vals) + (static_cast<int64_t>(row) * p.out_stride + start) * ESIZE;
     for (int i = tid; i < n; i += kThreads) {
       uint32_t key = FIB_KEY(i);
@@ -1438,7 +1455,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     if (rank == 0 && tid == 0) p.out_idx[row] = 0;  // degenerate row: no positive weight
     return;
   }
-  const uint64_t tgt = row_draw_target(p, row, total, draw_tag);
+  const uint64_t tgt = draw_tag == kTagDraw ? __umul64hi(sh_rnd, total) : row_draw_target(p, row, total, draw_tag);
   const bool own = tgt >= base && tgt - base >= ex && tgt - base < ex + mine;  // one thread of the cluster
   const int hit = warp_span_hit(own, sp, ex, tgt - base, lo, cut, wc, key_at);
   if (own) {
@@ -1450,7 +1467,10 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 
 template <int DT>
 __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
-  extern __shared__ __align__(16) unsigned char dsm[];
+  // 128-byte aligned: the TMA destinations (ring stages, resident keys) start on a 128-byte line
+  // whatever the static shared memory's size; at a 16-byte offset (static size 8528) the filter
+  // kernel was 3-6% slower on the H200 (benchmarks/results/sampling_ab_early_tma_h200.json)
+  extern __shared__ __align__(128) unsigned char dsm[];
   sample_row<DT>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
 }
 
