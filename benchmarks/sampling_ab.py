@@ -46,6 +46,9 @@ LOGITS16 = [(dt, B, V, k, 0) for dt in ("bf16", "fp16") for B, V in ((256, 12825
 # filter kernel's): (B, V, k), from fp32 probs and fp32 logits, top_k_first and joint, p=0.9
 SMALL = [(B, V, k) for V in (32000, 128256, 151936) for B in (1, 16, 64) for k in (50,)] + [
     (1, 32000, 2048), (1, 128256, 2048), (16, 128256, 2048)]
+# cluster sizes forced at the small batches (--sweep): (B, V, knobs); 1000 + S: the filter kernel
+SWEEP = [(B, V, (2, 3, 4, 5, 6, 8) + ((1002, 1004) if B >= 16 else ())) for B in (1, 16, 64)
+         for V in (32000, 128256, 151936)]
 OPS_KNOBS = [(op, B, 128256, cl) for op in ("plain", "top_p", "min_p") for B in (256, 512) for cl in (5, 6)]
 PROFILE = [(1, 128256, 50, 1001), (1, 128256, 50, 1004), (16, 128256, 50, 1008), (64, 128256, 50, 1002),
            (512, 128256, 50, 1001), (512, 128256, 2048, 1001), (512, 32000, 50, 1001), (256, 32000, 50, 1001),
@@ -311,6 +314,24 @@ def child(args):
             log(f"small {r}")
             del lgs, prs
         torch.cuda.empty_cache()
+    if args.sweep:
+        res["sweep"] = []
+        for B, V, cls in SWEEP:
+            lgs = make_inputs(B, V, "peaked")
+            prs = [torch.softmax(x, -1) for x in lgs]
+            kt = torch.full((B,), 50, dtype=torch.int32, device=dev)
+            pt = torch.full((B,), 0.9, device=dev)
+            outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
+            for cl in (0,) + cls:
+                r = {"B": B, "V": V, "k": 50, "cluster": cl}
+                r["us"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
+                    prs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
+                r["logits_us"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(
+                    lgs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
+                res["sweep"].append(r)
+                log(f"sweep {r}")
+            del lgs, prs
+        torch.cuda.empty_cache()
     if args.logits16:
         res["logits16"] = []
         for dt, B, V, k, cl in LOGITS16:
@@ -374,6 +395,7 @@ def main():
     ap.add_argument("--skip-points", action="store_true", help="skip the top-k+top-p POINTS")
     ap.add_argument("--logits16", action="store_true", help="also time top-k+top-p from bf16 / fp16 logits (LOGITS16)")
     ap.add_argument("--small", action="store_true", help="also time the grid's small batches (SMALL), probs / logits / joint")
+    ap.add_argument("--sweep", action="store_true", help="also time forced cluster sizes at the small batches (SWEEP)")
     ap.add_argument("--skip-identity", action="store_true", help="skip the top-k+top-p identity checks")
     ap.add_argument("--child", default="")
     args = ap.parse_args()
@@ -390,7 +412,7 @@ def main():
         env = dict(os.environ, FIB_KERNELS_DIR=str(Path(d).resolve()))
         cmd = [sys.executable, __file__, "--child", str(tmp)] + (["--cake"] if args.cake and i == 0 else [])
         cmd += [f for f, on in (("--ops", args.ops), ("--skip-points", args.skip_points), ("--logits16", args.logits16),
-                                ("--skip-identity", args.skip_identity), ("--small", args.small)) if on]
+                                ("--skip-identity", args.skip_identity), ("--small", args.small), ("--sweep", args.sweep)) if on]
         print(f"== build {name} ({d})", flush=True)
         rc = subprocess.call(cmd, env=env)
         allres["builds"][name] = json.loads(tmp.read_text()) if rc == 0 and tmp.exists() else {"rc": rc}
