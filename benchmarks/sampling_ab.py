@@ -268,6 +268,10 @@ def child(args):
         return res
     cache = {}
 
+    def row_args(B, k):  # per-row top_k and top_p = 0.9 tensors, and the 4 inputs' output buffers
+        return (torch.full((B,), k, dtype=torch.int32, device=dev), torch.full((B,), 0.9, device=dev),
+                [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)])
+
     def probs_for(B, V):  # the 4 peaked inputs of one (B, V), only the latest kept on the GPU
         if (B, V) not in cache:
             cache.clear()
@@ -277,9 +281,7 @@ def child(args):
 
     for B, V, k, cl in ([] if args.skip_points else POINTS):
         prs = probs_for(B, V)
-        kt = torch.full((B,), k, dtype=torch.int32, device=dev)
-        pt = torch.full((B,), 0.9, device=dev)
-        outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
+        kt, pt, outs = row_args(B, k)
         us = knob(cl, lambda: graph_time([
             (lambda i=i: S.top_k_top_p_sampling_from_probs(prs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i]))
             for i in range(4)]))
@@ -296,9 +298,7 @@ def child(args):
         for B, V, k in SMALL:
             lgs = make_inputs(B, V, "peaked")
             prs = [torch.softmax(x, -1) for x in lgs]
-            kt = torch.full((B,), k, dtype=torch.int32, device=dev)
-            pt = torch.full((B,), 0.9, device=dev)
-            outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
+            kt, pt, outs = row_args(B, k)
             r = {"B": B, "V": V, "k": k}
             r["us"] = graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
                 prs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)])
@@ -319,9 +319,7 @@ def child(args):
         for B, V, cls in SWEEP:
             lgs = make_inputs(B, V, "peaked")
             prs = [torch.softmax(x, -1) for x in lgs]
-            kt = torch.full((B,), 50, dtype=torch.int32, device=dev)
-            pt = torch.full((B,), 0.9, device=dev)
-            outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
+            kt, pt, outs = row_args(B, 50)
             for cl in (0,) + cls:
                 r = {"B": B, "V": V, "k": 50, "cluster": cl}
                 r["us"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
@@ -336,9 +334,7 @@ def child(args):
         res["logits16"] = []
         for dt, B, V, k, cl in LOGITS16:
             lgs = [x.to(torch.bfloat16 if dt == "bf16" else torch.float16) for x in make_inputs(B, V, "peaked")]
-            kt = torch.full((B,), k, dtype=torch.int32, device=dev)
-            pt = torch.full((B,), 0.9, device=dev)
-            outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
+            kt, pt, outs = row_args(B, k)
             r = {"dtype": dt, "B": B, "V": V, "k": k, "cluster": cl, "us": knob(cl, lambda: graph_time([
                 (lambda i=i: S.top_k_top_p_sampling_from_logits(lgs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i]))
                 for i in range(4)]))}
