@@ -29,13 +29,6 @@ POINTS = [(1, 128256, 50, 0), (1, 128256, 50, 1004), (1, 128256, 50, 1008), (1, 
           (256, 128256, 50, 0), (512, 128256, 50, 0), (512, 151936, 50, 0), (512, 32000, 50, 0),
           (64, 128256, 2048, 0), (512, 128256, 2048, 0), (1, 32000, 2048, 0), (16, 32000, 2048, 0),
           (64, 32000, 2048, 0), (1, 151936, 2048, 0)]
-# the filter kernel's global merge (3000 + S: no cluster, so 2 CTAs per SM at B < 132)
-POINTS_GM = [(64, 128256, 50, 3003), (64, 128256, 50, 3004), (64, 128256, 50, 3005), (64, 151936, 50, 3004),
-             (64, 151936, 50, 3005), (48, 128256, 50, 3005), (96, 128256, 50, 3003), (128, 128256, 50, 3002),
-             (16, 128256, 50, 3008), (16, 128256, 50, 3012), (16, 128256, 50, 3016), (16, 151936, 50, 3016),
-             (1, 128256, 50, 3008), (1, 128256, 50, 3016), (1, 151936, 50, 3016), (64, 32000, 50, 3004),
-             (16, 32000, 50, 3008), (64, 128256, 2048, 3004), (16, 128256, 2048, 3016), (48, 128256, 50, 0),
-             (96, 128256, 50, 0)]
 # single filters (no top-k: the cluster kernel's general path), from probs: (op, B, V)
 OPS = [(op, B, V) for op in ("top_p", "plain", "min_p") for V, Bs in ((128256, (1, 16, 64, 256, 512)),
                                                                      (32000, (1, 512)))
@@ -79,7 +72,7 @@ def knob(cl, fn):
         S._CLUSTER = old
 
 
-def identity_checks(log, knobs=(1001, 1002, 1003, 1008, 3002, 3004, 3008, 3016, 1, 4, 8)):
+def identity_checks(log, knobs=(1001, 1002, 1003, 1008, 1, 4, 8)):
     """Token identity of the filter kernel (1000 + S) and the cluster kernel (S) against the
     streaming kernel (-1), same inputs, seed and offset, both filter orders; plus top-k membership."""
     import torch
@@ -400,11 +393,8 @@ def main():
     ap.add_argument("--small", action="store_true", help="also time the grid's small batches (SMALL), probs / logits / joint")
     ap.add_argument("--sweep", action="store_true", help="also time forced cluster sizes at the small batches (SWEEP)")
     ap.add_argument("--skip-identity", action="store_true", help="skip the top-k+top-p identity checks")
-    ap.add_argument("--gm", action="store_true", help="also time the filter kernel's global merge (POINTS_GM)")
     ap.add_argument("--child", default="")
     args = ap.parse_args()
-    if args.gm:
-        POINTS.extend(POINTS_GM)
     if args.child:
         res = child(args)
         Path(args.child).write_text(json.dumps(res))
@@ -418,8 +408,7 @@ def main():
         env = dict(os.environ, FIB_KERNELS_DIR=str(Path(d).resolve()))
         cmd = [sys.executable, __file__, "--child", str(tmp)] + (["--cake"] if args.cake and i == 0 else [])
         cmd += [f for f, on in (("--ops", args.ops), ("--skip-points", args.skip_points), ("--logits16", args.logits16),
-                                ("--skip-identity", args.skip_identity), ("--small", args.small), ("--sweep", args.sweep),
-                                ("--gm", args.gm)) if on]
+                                ("--skip-identity", args.skip_identity), ("--small", args.small), ("--sweep", args.sweep)) if on]
         print(f"== build {name} ({d})", flush=True)
         rc = subprocess.call(cmd, env=env)
         allres["builds"][name] = json.loads(tmp.read_text()) if rc == 0 and tmp.exists() else {"rc": rc}

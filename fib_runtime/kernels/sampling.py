@@ -77,8 +77,7 @@ _SAMPLE, _RENORM, _MASK = 0, 1, 2
 _LOGITS, _JOINT = 4, 8
 _EXPLICIT_STREAM = os.environ.get("FIB_SAMPLING_EXPLICIT_STREAM", "0") == "1"
 # 0 = automatic; 1..8: cluster kernel with N CTAs per row; -1: streaming kernel for top-k sampling;
-# 1000 + S: one-pass filter kernel with S CTAs per row (1000: automatic S); 3000 + S: the same with
-# S <= 16 CTAs per row and no cluster (they merge through a workspace); 2000: split-row kernel
+# 1000 + S: one-pass filter kernel with S CTAs per row (1000: automatic S); 2000: split-row kernel
 # (chunks of 8192 tokens, one CTA each; the pre-Hopper policy at small batches with a scalar top_k <= 128)
 _CLUSTER = int(os.environ.get("FIB_SAMPLING_CLUSTER", "0") or 0)
 
@@ -278,5 +277,5 @@ def _launch_config(B: int, V: int, dtype_code: int = 0, cluster: int = 0, device
     s, chunk, res, smem, sms, major, kind = (
         int(v) for v in str(mod.launch_config(B, V, dtype_code, cluster, device)).split(","))
     return {"cluster": s, "chunk": chunk, "resident": bool(res), "smem": smem, "sms": sms, "cc_major": major,
-            "kernel_for_top_k_sampling": {0: "cluster", 1: "stream", 2: "filter", 3: "split", 4: "filter_gm"}.get(kind, str(kind)),
+            "kernel_for_top_k_sampling": {0: "cluster", 1: "stream", 2: "filter", 3: "split"}.get(kind, str(kind)),
             "stream_for_top_k_sampling": kind == 1}

@@ -2,10 +2,9 @@
 // Exported functions (see fib_runtime/kernels/sampling.py for the Python API):
 //   sample(input, out, flags, top_k, top_p, min_p, temperature, seed, offset, cluster, stream)
 //                          -> int64 the kernel used: S (cluster kernel, S CTAs per row), -1
-//                             (streaming kernel), 1000 + S (filter kernel), 3000 + S (filter
-//                             kernel, global merge) or 2000 + C (split kernel, C chunks per row);
-//                             one launch, no host sync; no allocation but the workspace of the
-//                             split kernel and the global merge (per device and stream, grown on
+//                             (streaming kernel), 1000 + S (filter kernel) or 2000 + C (split
+//                             kernel, C chunks per row); one launch, no host sync; no allocation
+//                             but the split kernel's workspace (per device and stream, grown on
 //                             demand, also during graph capture)
 //   sample_alloc(input, flags, top_k, ..., stream) -> the sampled tokens, the output allocated
 //                          through the caller's allocator (mode 0)
@@ -217,14 +216,9 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, bool allow_
   return (p.B >= 48 && tokens >= d.filter_min_tokens) ? kFilter : legacy;
 }
 
-// CTAs per row of the filter kernel: forced (cluster = 1000 + S; 3000 + S: the global merge, no
-// cluster) or automatic, then at most one CTA per 4096 tokens (automatic only) and at most 8
-// (portable cluster size) or kFilterGmMax (global merge).
+// CTAs per row of the filter kernel: forced (cluster = 1000 + S) or automatic, then at most one
+// CTA per 4096 tokens (automatic only) and at most 8 (portable cluster size).
 int filter_cluster(const DevInfo& d, int B, int V, int cluster) {
-  if (cluster > 3000) {
-    int S = cluster - 3000;
-    return S > fs::kFilterGmMax ? fs::kFilterGmMax : S;
-  }
   // automatic: 2 CTAs per row below one CTA per SM (B=64, V=128256: S=2 38 us, S=1 47, S=4 54),
   // else 1
   int S = cluster > 1000 ? cluster - 1000 : (B < d.sms ? 2 : 1);
@@ -385,14 +379,8 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
       default: launch_split<fs::kF16>(p, d, st); break;
     }
   } else if (kind == kFilter) {
-    int S = filter_cluster(d, B, V, static_cast<int>(cluster));
+    const int S = filter_cluster(d, B, V, static_cast<int>(cluster));
     used = 1000 + S;
-    if (cluster > 3000 && S > 1) {  // the global merge: its rows' places in the workspace
-      p.ws = split_workspace(dev, st, static_cast<size_t>(B) * fs::filter_gm_row_bytes(S));
-      p.filter_gm = p.ws ? 1 : 0;
-      if (p.filter_gm) used = 3000 + S;
-      else if (S > fs::kMaxCluster) S = fs::kMaxCluster;  // (no workspace: clusters)
-    }
     switch (dt) {
       case fs::kF32: launch_filter<fs::kF32>(p, S, st); break;
       case fs::kBF16: launch_filter<fs::kBF16>(p, S, st); break;
@@ -464,7 +452,7 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
   }
   return tvm::ffi::String(std::to_string(c.S) + "," + std::to_string(c.chunk) + "," + std::to_string(c.resident) + "," +
                           std::to_string(c.smem) + "," + std::to_string(d.sms) + "," + std::to_string(d.major) + "," +
-                          std::to_string(kind == kFilter && cluster > 3000 && c.S > 1 ? 4 : static_cast<int>(kind)));
+                          std::to_string(static_cast<int>(kind)));
 }
 
 #ifdef FIB_SAMPLING_PROFILE

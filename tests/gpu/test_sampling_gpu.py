@@ -163,13 +163,12 @@ def _api(name, src):
 def force_path(request):
     old = S._CLUSTER
     S._CLUSTER = {"auto": 0, "cluster4": 4, "stream": -1, "filter1": 1001, "filter3": 1003,
-                  "filter_gm3": 3003, "split": 2000}[request.param]
+                  "split": 2000}[request.param]
     yield request.param
     S._CLUSTER = old
 
 
-@pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter1", "filter3", "filter_gm3", "split"],
-                         indirect=True)
+@pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter1", "filter3", "split"], indirect=True)
 @pytest.mark.parametrize("V", [111, 1000])
 @pytest.mark.parametrize("kind", ["peaked", "flat"])
 @pytest.mark.parametrize("src", ["probs", "logits"])
@@ -178,8 +177,7 @@ def test_distribution(case, src, kind, V, force_path):
     """auto: B=4096 rows of V <= 1000 take the streaming kernel for top-k (below the filter kernel's
     token threshold), the cluster kernel otherwise; cluster4: the resident-row cluster kernel (4
     CTAs per row); stream: the streaming kernel; filter1 / filter3: the one-pass filter kernel with
-    1 / 3 CTAs per row (sm_90); filter_gm3: the same with 3 CTAs per row and no cluster (global
-    merge); split: the split-row kernel (chunks of 8192 tokens, k <= 128)."""
+    1 / 3 CTAs per row (sm_90); split: the split-row kernel (chunks of 8192 tokens, k <= 128)."""
     name, refkw, api, apikw = case
     if force_path != "auto" and "k" not in refkw:
         pytest.skip("same kernel as auto")
@@ -210,7 +208,7 @@ def test_distribution_half_logits(dtype, temperature, V):
     assert_distribution(counts, q, n, f"half {dtype} T={temperature}")
 
 
-@pytest.mark.parametrize("force_path", ["auto", "cluster4", "filter3", "filter_gm3", "split"], indirect=True)
+@pytest.mark.parametrize("force_path", ["auto", "cluster4", "filter3", "split"], indirect=True)
 @pytest.mark.parametrize("V,k,p,kind", [
     (128256, 50, 0.9, "peaked"),
     (151936, 2048, 0.95, "flat"),
@@ -515,7 +513,7 @@ def test_kernels_same_tokens_fixed_k(dtype, k):
                 assert torch.equal(fn(), ref), ("stream repeat", order)
             larger = (xf > xf.gather(1, ref[:, None])).sum(1)
             assert bool((larger < k).all()), order
-            for cl in (1001, 1003, 3004, 3016, 4, 2000):
+            for cl in (1001, 1003, 4, 2000):
                 S._CLUSTER = cl
                 got = fn()
                 if cl == 4 and order == "joint" and k > 256:
@@ -540,7 +538,7 @@ def test_same_seed_offset_same_tokens():
     assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=st, offset=ot))
     old = S._CLUSTER
     try:
-        for cl in (-1, 1, 2, 5, 8, 1000, 1001, 1003, 1008, 3002, 3005, 3016, 2000):
+        for cl in (-1, 1, 2, 5, 8, 1000, 1001, 1003, 1008, 2000):
             S._CLUSTER = cl
             assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=42, offset=7)), cl
     finally:

@@ -53,24 +53,10 @@ constexpr int kFilterTrigger = kFilterCap - kFilterStage;  // compact above this
 // HBM however many bytes it has in flight; measured before the 16-bit register stream)
 constexpr int kFilterRingBytes = 40 * 1024;
 constexpr size_t kFilterSmem = kFilterRingBytes + kFilterCap * sizeof(uint64_t);  // 104 KB: 2 CTAs/SM
-// Global-merge mode (Params::filter_gm; the launch has no cluster): the S = gridDim.x CTAs of a row
-// (S <= kFilterGmMax) need not be co-scheduled, so rows that would run one CTA per SM in clusters
-// (B = 16..131) can run 2 CTAs per SM. Each CTA cuts its set to at most max(Pk, 256) entries and
-// writes it with its joint partial to the row's place in the workspace (Params::ws, after the split
-// kernel's per-row counters, which it shares); the last CTA of the row (release/acquire counter,
-// left at zero) reads the others' sets back from L2 into its idle ring and merges as rank 0 does in
-// push mode.
-constexpr int kFilterGmSlot = kFilterMaxK;  // entries per CTA's place (>= max(Pk, kFilterSortDirect))
-// workspace row: cnt[16] (i32) | cm[16] (f32) | cs[16] (f64) | sets[S][kFilterGmSlot] (u64)
-constexpr size_t kFilterGmHead = 256;
-__host__ __device__ inline size_t filter_gm_row_bytes(int S) {
-  return kFilterGmHead + static_cast<size_t>(S) * kFilterGmSlot * 8;
-}
 // final sets of up to this many entries are sorted whole, without a select first (H200: 256 and
 // 512 time the same; a select costs ~1 us per digit pass)
 constexpr int kFilterSortDirect = 256;
 static_assert(kFilterTrigger >= kFilterMaxK, "compaction must leave room for a stage");
-static_assert(16 * (4 + 4 + 8) <= kFilterGmHead, "the global-merge head fits");
 static_assert(kFilterSmem >= 2 * kHistBufBytes, "the general fallback needs its histograms");
 static_assert(kFilterCap - kFilterMaxK + 2 * kRankSortMax <= kFilterCap && kFilterRingBytes / 8 >= 2 * kRankSortMax,
               "sort_desc_top's output fits past the merged set");
@@ -105,14 +91,12 @@ __device__ __forceinline__ uint64_t warp_min_u64(uint64_t v) {
   return v;
 }
 
-constexpr int kFilterGmMax = 16;  // CTAs per row in the global merge (below)
-constexpr int kMaxSegs = kFilterGmMax > kMaxCluster ? kFilterGmMax : kMaxCluster;
 // Candidate sets visited by the radix select: `nseg` segments (one per cluster rank, or just the
 // local buffer), segment r = seg[r][0..cnt[r]). Every thread visits slots tid, tid + kThreads, ...
 // of each segment with a warp-uniform trip count (valid = false past the end).
 struct Segs {
-  const uint64_t* seg[kMaxSegs];
-  int cnt[kMaxSegs];
+  const uint64_t* seg[kMaxCluster];
+  int cnt[kMaxCluster];
   int nseg;
   template <class F>
   __device__ __forceinline__ void each(F&& f) const {
@@ -379,8 +363,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   extern __shared__ __align__(128) unsigned char dsm[];
 #if FIB_HAS_CLUSTER
   const int row = blockIdx.y;
-  const bool gm = p.filter_gm != 0;
-  const uint32_t rank = gm ? blockIdx.x : cl_rank(), S = gm ? gridDim.x : cl_size();
+  const uint32_t rank = cl_rank(), S = cl_size();
   FIB_PROF(0);
 #ifdef FIB_SAMPLING_PROFILE
   if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0)
@@ -391,10 +374,6 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   int k = row_top_k(p, row);
   const float T = logits ? (p.temp_arr ? p.temp_arr[row] : p.temp_val) : 1.0f;
   if (!(k > 0 && k < V && k <= kFilterMaxK) || (logits && !(T > 0.0f))) {
-    if (gm) {  // no cluster: the row's first CTA runs the general algorithm over the whole row
-      if (rank == 0) sample_row<DT>(p, dsm, row, 0u, 1u, V, false);
-      return;
-    }
     sample_row<DT>(p, dsm, row, rank, S, p.chunk, false);  // general algorithm over the cluster
     return;
   }
@@ -422,10 +401,8 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   __shared__ float s_cm;   // this CTA's joint (max, sum of exp2((x - max) * scale)) / probs sum
   __shared__ double s_cs;
   __shared__ int s_rcnt[kMaxCluster];  // rank 0, push mode: the sets pushed by the other ranks
-  __shared__ float s_rcm[kFilterGmMax];  // (push / global merge: the ranks' joint partials)
-  __shared__ double s_rcs[kFilterGmMax];
-  __shared__ int s_gmcnt[kFilterGmMax];  // global merge: the ranks' set sizes
-  __shared__ int s_last;
+  __shared__ float s_rcm[kMaxCluster];
+  __shared__ double s_rcs[kMaxCluster];
   const int tid = threadIdx.x, lane = tid & 31;
 
   // slice of the row, its 16-byte aligned body (TMA) and the unaligned head/tail tokens
@@ -811,11 +788,11 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   // push mode (S > 1, the S-1 other sets fit rank 0's idle ring, `slot` entries each): every
   // rank writes its set into rank 0 over DSMEM, one more cluster barrier, then rank 0 works on
   // local memory only. Otherwise rank 0 reads the other CTAs' buffers remotely.
-  const bool push = !gm && static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
+  const bool push = static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
   const int slot = S > 1 ? (kFilterRingBytes / 8) / static_cast<int>(S - 1) : 0;
   // local top-k (k to Pk entries), unless the whole set fits its place in the merge (rank 0 then
   // selects over the S buffers as they are: one select on the critical path, not two)
-  const int keep_max = (S > 1 && push) ? min(slot, kFilterCap - kFilterMaxK) : direct;  // (gm: direct)
+  const int keep_max = (S > 1 && push) ? min(slot, kFilterCap - kFilterMaxK) : direct;
   {
     const int cnt = s_cnt;
     if (cnt > keep_max) {
@@ -844,75 +821,10 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   double cs = s_cs;
   uint64_t* ring64 = reinterpret_cast<uint64_t*>(ring);
   if (S > 1) {
-    Segs sg;
-    sg.nseg = static_cast<int>(S);
-    if (gm) {
-      // ---- global merge: this CTA's set and partial to the workspace; the row's last CTA merges
-      unsigned char* wrow = p.ws + kWsDoneBytes + static_cast<size_t>(row) * filter_gm_row_bytes(static_cast<int>(S));
-      int* g_cnt = reinterpret_cast<int*>(wrow);
-      float* g_cm = reinterpret_cast<float*>(wrow + 64);
-      double* g_cs = reinterpret_cast<double*>(wrow + 128);
-      uint64_t* g_set = reinterpret_cast<uint64_t*>(wrow + kFilterGmHead);
-      unsigned int* done = reinterpret_cast<unsigned int*>(p.ws) + row;
-      {
-        uint64_t* mine = g_set + static_cast<size_t>(rank) * kFilterGmSlot;
-        for (int i = tid; i < nc0; i += kThreads) mine[i] = buf[i];
-        if (tid == 0) {
-          g_cnt[rank] = nc0;
-          g_cm[rank] = cm;
-          g_cs[rank] = cs;
-        }
-      }
-      // the barrier orders every thread's writes before thread 0's release (cumulative); its
-      // acquire and the next barrier order the last CTA's reads after the other CTAs' writes
-      __syncthreads();
-      if (tid == 0) {
-        unsigned int prev;
-        asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(prev) : "l"(done) : "memory");
-        s_last = prev == S - 1u;
-      }
-      __syncthreads();
-      if (!s_last) return;
-      if (tid < static_cast<int>(S)) {
-        s_gmcnt[tid] = __ldcg(g_cnt + tid);
-        s_rcm[tid] = __ldcg(g_cm + tid);
-        s_rcs[tid] = __ldcg(g_cs + tid);
-      }
-      if (tid == 0) *done = 0u;  // every CTA of the row has counted: ready for the next call
-      __syncthreads();
-      // the other ranks' sets back to back into the idle ring where they fit (k <= 256: 15 x 256
-      // entries of its 5120), else selected where they are (segments in global memory)
-      int others = 0;
-      for (uint32_t r = 0; r < S; ++r) others += r == rank ? 0 : s_gmcnt[r];
-      sg.seg[0] = buf;
-      sg.cnt[0] = nc0;
-      if (others <= kFilterRingBytes / 8) {  // (block-uniform)
-        int off = 0;
-        for (uint32_t r = 0; r < S; ++r) {
-          if (r == rank) continue;
-          const int c = s_gmcnt[r];
-          const uint64_t* src = g_set + static_cast<size_t>(r) * kFilterGmSlot;
-          for (int i = tid; i < c; i += kThreads) ring64[off + i] = __ldcg(src + i);
-          off += c;
-        }
-        __syncthreads();
-        sg.nseg = 2;
-        sg.seg[1] = ring64;
-        sg.cnt[1] = off;
-      } else {
-        int q = 1;
-        for (uint32_t r = 0; r < S; ++r) {
-          if (r == rank) continue;
-          sg.seg[q] = g_set + static_cast<size_t>(r) * kFilterGmSlot;  // (written before the acquire)
-          sg.cnt[q] = s_gmcnt[r];
-          ++q;
-        }
-        sg.nseg = q;
-      }
-      G = buf + nc0;  // buf[0..nc0) is this CTA's own set (nc0 <= direct)
-    } else {
     cl_sync();  // every CTA's set, count and joint partials are final; rank 0's ring is idle
     FIB_PROF(16);
+    Segs sg;
+    sg.nseg = static_cast<int>(S);
     if (push) {
       // the other ranks' sets land back to back in rank 0's ring (offsets reserved by a DSMEM
       // atomic on rank 0's s_rcnt[0], zeroed at entry; each set <= slot, so they fit): rank 0
@@ -957,7 +869,6 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       }
       G = reinterpret_cast<uint64_t*>(ring);  // the ring is idle now (every stage consumed)
     }
-    }  // (cluster merge)
     int total = 0;
     for (int r = 0; r < sg.nseg; ++r) total += sg.cnt[r];
     if (tid == 0) s_new = 0;
@@ -977,7 +888,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     });
     __syncthreads();
     nc0 = s_new;
-    if (!push && !gm) cl_arrive();  // no remote reads after this point
+    if (!push) cl_arrive();  // no remote reads after this point
   }
 
   FIB_PROF(7);
@@ -993,7 +904,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   FIB_PROF(8);
   finish_topk(p, G, nc0, row, logits, T, scale, use_m, mp, use_p, tp, joint, cm, cs, s_scratch, &s_tot);
   FIB_PROF(9);
-  if (S > 1 && !push && !gm) cl_wait();  // (remote mode: the other CTAs wait for rank 0's reads)
+  if (S > 1 && !push) cl_wait();  // (remote mode: the other CTAs wait for rank 0's reads)
 #else
   (void)dsm;
   (void)p;
@@ -1005,8 +916,6 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
 // on stream st; sets the fields the launch decides (the slice per CTA, streamed rows and their
 // histograms for the rows the kernel hands to sample_row). The library and the standalone checks
 // (benchmarks/filter16_check.cu) launch through it.
-// p.filter_gm: no cluster (the S CTAs of a row merge through p.ws, which the caller provides with
-// B * filter_gm_row_bytes(S) bytes after its counters; S <= kFilterGmMax).
 template <int DT>
 inline cudaError_t launch_filter_rows(Params p, int S, cudaStream_t st) {
   int chunk = (p.V + S - 1) / S;
@@ -1024,7 +933,7 @@ inline cudaError_t launch_filter_rows(Params p, int S, cudaStream_t st) {
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = p.filter_gm ? 0 : 1;
+  cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, filter_kernel<DT>, p);
 }
 

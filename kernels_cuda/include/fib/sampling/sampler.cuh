@@ -66,12 +66,7 @@ struct Params {
   int rej_min_k, rej_joint_min_k;
   int split_stream_rows;  // the launch has kStreamSmem of dynamic shared memory: rows with k > kSplitMaxK
                           // run stream_row (else sample_row)
-  int filter_gm;  // filter kernel: 1 = no cluster, gridDim.x CTAs per row merge through ws (filter.cuh)
 };
-
-// The workspace (Params::ws) starts with one u32 counter per row (B <= 65535: fixed places whatever
-// V; every call leaves them at zero), then the rows (split kernel, the filter kernel's global merge)
-constexpr size_t kWsDoneBytes = 65536 * 4;
 
 // Row `row`'s top-k parameter (0 when there is none; int64 values clamped to [0, 2^31-1]).
 __device__ __forceinline__ int row_top_k(const Params& p, int row) {

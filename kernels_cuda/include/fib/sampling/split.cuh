@@ -39,7 +39,7 @@ constexpr int kSplitCap = 256;    // candidates one chunk writes at most
 constexpr int kSplitMaxC = 64;    // chunks per row at most (V <= 524288 fp32)
 constexpr int kSplitG = 8192;     // the final candidate set in shared memory (64 KB)
 constexpr size_t kSplitSmem = kSplitG * sizeof(uint64_t);
-constexpr size_t kSplitDoneBytes = kWsDoneBytes;  // the workspace's per-row counters (B <= 65535), then the rows
+constexpr size_t kSplitDoneBytes = 65536 * 4;  // the workspace's per-row counters (B <= 65535), then the rows
 static_assert(kSplitSmem >= 2 * kHistBufBytes, "the general fallback needs its histograms");
 static_assert(kSplitCap >= 2 * kSplitMaxK, "the tie cut must fit a chunk's slot");
 static_assert(kSplitMaxK <= 16 * kWarps, "j = ceil(k / 16) lanes per warp");
