@@ -28,7 +28,8 @@ POINTS = [(1, 128256, 50, 0), (1, 128256, 50, 1004), (1, 128256, 50, 1008), (1, 
           (64, 32000, 50, 0), (64, 32000, 50, 1), (128, 128256, 50, 0), (128, 128256, 50, 2),
           (256, 128256, 50, 0), (512, 128256, 50, 0), (512, 151936, 50, 0), (512, 32000, 50, 0),
           (64, 128256, 2048, 0), (512, 128256, 2048, 0), (1, 32000, 2048, 0), (16, 32000, 2048, 0),
-          (64, 32000, 2048, 0), (1, 151936, 2048, 0)]
+          (64, 32000, 2048, 0), (1, 151936, 2048, 0), (16, 128256, 50, 7), (16, 151936, 50, 0),
+          (16, 151936, 50, 7), (1, 128256, 50, 7)]
 # single filters (no top-k: the cluster kernel's general path), from probs: (op, B, V)
 OPS = [(op, B, V) for op in ("top_p", "plain", "min_p") for V, Bs in ((128256, (1, 16, 64, 256, 512)),
                                                                      (32000, (1, 512)))
@@ -53,7 +54,8 @@ OPS_KNOBS = [(op, B, 128256, cl) for op in ("plain", "top_p", "min_p") for B in 
 PROFILE = [(1, 128256, 50, 1001), (1, 128256, 50, 1004), (16, 128256, 50, 1008), (64, 128256, 50, 1002),
            (512, 128256, 50, 1001), (512, 128256, 2048, 1001), (512, 32000, 50, 1001), (256, 32000, 50, 1001),
            (1, 32000, 50, 999), (1, 128256, 50, 999),
-           (16, 128256, 50, 999), (64, 128256, 50, 999), (1, 32000, 2048, 999)]
+           (16, 128256, 50, 999), (64, 128256, 50, 999), (1, 32000, 2048, 999),
+           (1, 32000, 50, 999, "logits"), (16, 32000, 50, 999, "logits"), (1, 128256, 50, 999, "logits")]
 # sample_row (the cluster kernel, knob 999) phases: t1..t8 - t0
 ROW_NAMES = ["loaded", "sync_a", "selected", "listed", "sync_b", "gathered", "sorted", "finished"]
 PROF_NAMES = ["tma_issued", "head_tail", "first_stage", "loop_done", "local_topk", "joint", "merged", "sorted",
@@ -216,18 +218,23 @@ def profile(mod, log, points=PROFILE):
     dev = "cuda"
     rows = []
     gen = torch.Generator(device=dev).manual_seed(1)
-    for B, V, k, cl in points:
-        x = torch.softmax(torch.randn(B, V, generator=gen, device=dev) * 4, -1)
+    for B, V, k, cl, *src in points:
+        logits = src == ["logits"]
+        x = torch.randn(B, V, generator=gen, device=dev) * 4
+        if not logits:
+            x = torch.softmax(x, -1)
+        fn = S.top_k_top_p_sampling_from_logits if logits else S.top_k_top_p_sampling_from_probs
         kt = torch.full((B,), k, dtype=torch.int32, device=dev)
         pt = torch.full((B,), 0.9, device=dev)
         for _ in range(3):
-            knob(cl, lambda: S.top_k_top_p_sampling_from_probs(x, kt, pt, seed=1, offset=0))
+            knob(cl, lambda: fn(x, kt, pt, seed=1, offset=0))
         torch.cuda.synchronize()
         vals = [int(v) for v in str(mod.prof_read()).split(",")]
-        r = {"B": B, "V": V, "k": k, "cluster": cl}
+        r = {"B": B, "V": V, "k": k, "cluster": cl, "src": "logits" if logits else "probs"}
         if cl == 999:
             r.update({n: vals[i] / 1000.0 for i, n in enumerate(ROW_NAMES)})
             r["candidates"] = vals[9]
+            r["slots"] = [v / 1000.0 for v in vals[20:44]]  # every slot since t0 (0: unset)
         else:
             r.update({n: vals[i] / 1000.0 for i, n in enumerate(PROF_NAMES)})
             r["compactions"], r["compacted_entries"] = vals[9], vals[10]
