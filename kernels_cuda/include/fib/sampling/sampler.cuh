@@ -141,6 +141,21 @@ __device__ __forceinline__ void build_coarse(const T* buf, uint64_t* csum) {
   }
 }
 
+// The sum over the S ranks of load(r) with all kMaxCluster loads issued before the first add
+// (ranks past S load rank 0's value and add 0). A loop `for (r < S) v += load(r)` adds inside a
+// branch per rank, which waits out each load before the next is issued: H200, 8 DSMEM loads
+// ~1 us in a row (the profile of cluster_select).
+template <class L>
+__device__ __forceinline__ uint64_t sum_ranks(uint32_t S, L&& load) {
+  uint64_t t[kMaxCluster];
+#pragma unroll
+  for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r) t[r] = load(r < S ? r : 0u);
+  uint64_t v = 0;
+#pragma unroll
+  for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r) v += r < S ? t[r] : 0ull;
+  return v;
+}
+
 __device__ __forceinline__ uint64_t warp_incl_suffix_u64(uint64_t v, int lane) {
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
@@ -167,11 +182,9 @@ __device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint3
   uint64_t g = 0, suf = 0;
   if (tid < kGroups) {
     if (csum_all) {  // pushed: local reads
-      for (uint32_t r = 0; r < S; ++r) g += csum_all[r * kGroups + tid];
+      g = sum_ranks(S, [&](uint32_t r) { return csum_all[r * kGroups + tid]; });
     } else {
-#pragma unroll
-      for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r)
-        if (r < S) g += cl_remote(csum, r)[tid];
+      g = sum_ranks(S, [&](uint32_t r) { return cl_remote(csum, r)[tid]; });
     }
     suf = warp_incl_suffix_u64(g, lane);
     if (lane == 0) scratch[tid >> 5] = suf;
@@ -189,10 +202,7 @@ __device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint3
   const int grp = *sh_grp;
   if (grp >= 0 && tid < 32) {
     const int bin = grp * 32 + lane;
-    uint64_t v = 0;
-#pragma unroll
-    for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r)
-      if (r < S) v += hist_at(cl_remote(buf, r), bin);
+    const uint64_t v = sum_ranks(S, [&](uint32_t r) { return hist_at(cl_remote(buf, r), bin); });
     const uint64_t sx = warp_incl_suffix_u64(v, lane);
     const uint64_t above = *sh_gabove + sx - v;
     if (v > 0 && above < target && target <= above + v) {
@@ -932,7 +942,13 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   cl_sync();  // (A) keys, delegate histograms, pushed maxima and coarse sums visible cluster-wide
   FIB_PROF(2);
   uint32_t maxkey = 0;
-  for (uint32_t r = 0; r < S; ++r) maxkey = max(maxkey, sh_pmax[r]);
+  {
+    uint32_t t[kMaxCluster];  // (all loads before the first max: see sum_ranks)
+#pragma unroll
+    for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r) t[r] = sh_pmax[r < S ? r : 0u];
+#pragma unroll
+    for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r) maxkey = max(maxkey, t[r]);
+  }
   const float mval = key2f(maxkey);
 
   const WeightCtx wc = make_weight_ctx(mval, logits, logits ? __fdiv_rn(1.4426950408889634f, T) : 1.0f);
@@ -1060,11 +1076,8 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       FIB_PROF(4);
       cl_sync();
       FIB_PROF(5);
-      uint64_t total_c = 0, wall_tot = 0;
-      for (uint32_t r = 0; r < S; ++r) {
-        total_c += sh_pcnt[r];
-        wall_tot += sh_pw[r];
-      }
+      const uint64_t total_c = sum_ranks(S, [&](uint32_t r) { return sh_pcnt[r]; });
+      const uint64_t wall_tot = sum_ranks(S, [&](uint32_t r) { return sh_pw[r]; });
       if (total_c <= static_cast<uint64_t>(kCand)) {  // cluster-uniform decision
         if (rank == 0) {
           uint64_t* G = hist;  // buffer 0: its last remote readers passed the barrier above
@@ -1382,8 +1395,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
           for (uint32_t r = 0; r < S; ++r) base += sh_gather[r];
         } else {
           if (tid < kGroups) {
-            uint64_t g = 0;
-            for (uint32_t r = 0; r < S; ++r) g += cl_remote(cs, r)[tid];
+            uint64_t g = sum_ranks(S, [&](uint32_t r) { return cl_remote(cs, r)[tid]; });
             g = warp_sum_u64(g);
             if ((tid & 31) == 0) sh_scratch[tid >> 5] = g;
           }
