@@ -134,13 +134,18 @@ _SPECS: Dict[str, _Spec] = {
         "'1' or a comma list of families: report those kernels unavailable (the dispatcher falls back)."),
     "FIB_SAMPLING_CLUSTER": _Spec(_int, 0,
         "Sampling kernel choice (benchmarks): 0 automatic; 1..8 resident-row cluster kernel with that many "
-        "CTAs per row; -1 streaming kernel; 999 the policy before the filter kernel; 1000+S filter kernel; "
-        "2000 split-row kernel."),
+        "CTAs per row; -1 streaming kernel; -2 one-pass plain kernel (calls without top-k); 999 the policy "
+        "before the filter and plain kernels; 1000+S filter kernel; 2000 split-row kernel."),
     "FIB_SAMPLING_FILTER_MIN_TOKENS": _Spec(_float, 6.0e6,
         "Automatic policy: top-k sampling calls of at least this many tokens (B*V, any dtype) "
         "and B >= 48 use the one-pass filter kernel on sm_90 (read once per device by the C++ side)."),
     "FIB_SAMPLING_STREAM_MIN_B": _Spec(_int, 96,
         "Below the filter threshold: batches from this size use the streaming kernel, smaller ones the cluster kernel."),
+    "FIB_SAMPLING_PLAIN_MIN_B": _Spec(_int, 128,
+        "Plain sampling (no top-k, top-p or min-p) of batches from this size runs the one-pass plain kernel "
+        "(from half of it where rows are at most 320 KB)."),
+    "FIB_SAMPLING_PLAIN_TOPP_MIN_B": _Spec(_int, 256,
+        "The same for top-p alone (rejection rounds in the plain kernel)."),
     "FIB_SAMPLING_REJECT_MIN_K": _Spec(_int, 1024,
         "Cluster kernel (sample_row): top_k_first rows with a top_k above this sample top-p by rejection "
         "from the kept top-k instead of sorting it (0: never)."),

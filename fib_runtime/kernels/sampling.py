@@ -3,10 +3,11 @@
 One kernel launch per call, no host-device sync, no allocation besides the output (pass ``out=``
 to avoid that too), launched on the caller's current CUDA stream (apache-tvm-ffi hands the library
 torch's current stream). Which kernel runs (resident-row cluster kernel, streaming kernel, the
-one-pass filter kernel for large top-k sampling batches on sm_90, or the split-row kernel for
-small top-k sampling batches before sm_90) is decided per call from B, V and the dtype; every
-kernel gives the same tokens for the same inputs (docs/kernels.md), except large-k rows, which the
-cluster kernel samples by rejection (below): same distribution, another token. The split-row kernel keeps a
+one-pass filter kernel for large top-k sampling batches on sm_90, the split-row kernel for
+small top-k sampling batches before sm_90, or the one-pass plain kernel for plain sampling and
+top-p alone at large batches) is decided per call from B, V and the dtype; every kernel gives the
+same tokens for the same inputs (docs/kernels.md), except large-k rows, which the cluster kernel
+samples by rejection (below), and the plain kernel's calls: same distribution, another token. The split-row kernel keeps a
 workspace per device and stream (4 MB and up, allocated on first use and grown with the batch,
 also during graph capture; never freed, as captured graphs may point at it).
 
@@ -77,6 +78,7 @@ _SAMPLE, _RENORM, _MASK = 0, 1, 2
 _LOGITS, _JOINT = 4, 8
 _EXPLICIT_STREAM = os.environ.get("FIB_SAMPLING_EXPLICIT_STREAM", "0") == "1"
 # 0 = automatic; 1..8: cluster kernel with N CTAs per row; -1: streaming kernel for top-k sampling;
+# -2: one-pass plain kernel for calls without top-k (plain.cuh; 999 keeps the cluster kernel there);
 # 1000 + S: one-pass filter kernel with S CTAs per row (1000: automatic S); 2000: split-row kernel
 # (chunks of 8192 tokens, one CTA each; the pre-Hopper policy at small batches with a scalar top_k <= 128)
 _CLUSTER = int(os.environ.get("FIB_SAMPLING_CLUSTER", "0") or 0)

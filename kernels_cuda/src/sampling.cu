@@ -2,7 +2,7 @@
 // Exported functions (see fib_runtime/kernels/sampling.py for the Python API):
 //   sample(input, out, flags, top_k, top_p, min_p, temperature, seed, offset, cluster, stream)
 //                          -> int64 the kernel used: S (cluster kernel, S CTAs per row), -1
-//                             (streaming kernel), 1000 + S (filter kernel) or 2000 + C (split
+//                             (streaming kernel), -2 (plain kernel), 1000 + S (filter kernel) or 2000 + C (split
 //                             kernel, C chunks per row); one launch, no host sync; no allocation
 //                             but the split kernel's workspace (per device and stream, grown on
 //                             demand, also during graph capture)
@@ -27,6 +27,7 @@
 #include "fib/sampling/filter.cuh"
 #include "fib/sampling/host_args.h"
 #include "fib/sampling/split.cuh"
+#include "fib/sampling/plain.cuh"
 #include "fib/sampling/stream.cuh"
 
 #include <cstdlib>
@@ -51,6 +52,10 @@ struct DevInfo {
   // (benchmarks/results/sampling_large_k_h200.json): top_k_first k=2048 B=1 V=32000 33.5 -> 24.9 us,
   // k=1024 22.6 -> 24.0, k=512 17.4 -> 23.9; joint peaked k=512..2048 19.5..36.5 -> 13.4
   int rej_min_k = 1024, rej_joint_min_k = 256;
+  // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size runs the one-pass
+  // plain kernel (plain.cuh)
+  int plain_min_b = 128;
+  int plain_topp_min_b = 256;  // FIB_SAMPLING_PLAIN_TOPP_MIN_B: the same for top-p alone
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 using fs::kStreamSmem;
@@ -85,6 +90,9 @@ void prepare_kernel(DevInfo& d) {
   } else {
     d.stream_ok = false;
   }
+  check_cuda(cudaFuncSetAttribute(fs::plain_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  2 * fs::kHistBufBytes),
+             "cudaFuncSetAttribute(plain MaxDynamicSharedMemorySize)");
   check_cuda(cudaFuncGetAttributes(&a, fs::split_kernel<DT>), "cudaFuncGetAttributes(split)");
   const int st = static_cast<int>(a.sharedSizeBytes);
   const int want = d.optin >= st + static_cast<int>(kStreamSmem)         ? static_cast<int>(kStreamSmem)
@@ -112,6 +120,8 @@ const DevInfo& dev_info(int dev) {
     check_cuda(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev), "device attribute");
     check_cuda(cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "device attribute");
     if (const char* e = std::getenv("FIB_SAMPLING_STREAM_MIN_B")) d.stream_min_b = std::atoi(e);
+    if (const char* e = std::getenv("FIB_SAMPLING_PLAIN_MIN_B")) d.plain_min_b = std::atoi(e);
+    if (const char* e = std::getenv("FIB_SAMPLING_PLAIN_TOPP_MIN_B")) d.plain_topp_min_b = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_FILTER_MIN_TOKENS")) d.filter_min_tokens = std::atof(e);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_MIN_K")) d.rej_min_k = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_JOINT_MIN_K")) d.rej_joint_min_k = std::atoi(e);
@@ -179,10 +189,34 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool n
 // benchmarks: 0 automatic; 1..8 the resident-row cluster kernel with that many CTAs per row; -1 the
 // streaming kernel; 999 the policy before the filter kernel (cluster kernel, streaming from
 // FIB_SAMPLING_STREAM_MIN_B rows); 1000 + S the one-pass filter kernel with S CTAs per row (1000:
-// automatic S); 2000 the split kernel (split.cuh; the policy before sm_90 at small batches).
-enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2, kSplit = 3 };
-Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, bool allow_split = true) {
-  if (p.mode != fs::kSample || !p.has_topk) return kCluster;
+// automatic S); 2000 the split kernel (split.cuh; the policy before sm_90 at small batches); -2 the
+// one-pass plain kernel for calls without top-k (plain.cuh; rows with a filter run the general
+// algorithm there).
+enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2, kSplit = 3, kPlain = 4 };
+// Calls the plain kernel takes: sampling without top-k, min-p absent or a scalar that filters
+// nothing (a per-row tensor goes to the cluster kernel: its rows with min-p would run one CTA each
+// in the plain kernel), temperature anything but a scalar <= 0 (greedy). 1: plain sampling; 2:
+// with top-p (a tensor, or a scalar that filters; rows below top_p 0.25 take the general algorithm).
+int plain_call(const fs::Params& p) {
+  if (p.mode != fs::kSample || p.has_topk) return 0;
+  if (p.has_minp && (p.min_p_arr || p.min_p_val > 0.0f)) return 0;
+  if (p.is_logits && !p.temp_arr && !(p.temp_val > 0.0f)) return 0;
+  if (p.has_topp && (p.top_p_arr || p.top_p_val < 1.0f)) return (p.top_p_arr || p.top_p_val >= 0.25f) ? 2 : 0;
+  return 1;
+}
+Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, int esize, bool allow_split = true) {
+  if (p.mode != fs::kSample || !p.has_topk) {
+    // H200 (benchmarks/results/sampling_plain_h200.md), plain sampling against the cluster kernel:
+    // B=512 V=128256 86 vs 172 us (fp32 probs), B=128 38 vs 54; at B=64 it wins for rows up to
+    // ~300 KB (V=32000 fp32 8.5 vs 14.8, V=151936 bf16 30.5 vs 34.4) and loses above (V=128256
+    // fp32 35.7 vs 31.8); below B=64 the cluster kernel's CTAs per row win (B=16 V=128256 11 vs 25)
+    const int pc = plain_call(p);
+    const int min_b = pc == 1 ? d.plain_min_b : d.plain_topp_min_b;
+    const bool small_rows = static_cast<int64_t>(p.V) * esize <= 320 * 1024;
+    if (pc && (cluster == -2 || (cluster == 0 && (p.B >= min_b || (small_rows && 2 * p.B >= min_b && p.B >= 48)))))
+      return kPlain;
+    return kCluster;
+  }
   const bool split_ok = allow_split && d.split_smem > 0;
   if (cluster == 2000 && split_ok) return kSplit;  // forced (any architecture)
   // sm_86/89: the streaming kernel does not fit; the split kernel (its large-k rows through
@@ -292,6 +326,15 @@ void launch_split(fs::Params p, const DevInfo& d, cudaStream_t st) {
 }
 
 template <int DT>
+void launch_plain(fs::Params p, cudaStream_t st) {
+  p.hist_bytes = kHistBytes;  // (sample_row's layout for the rows the kernel hands it)
+  p.resident = 0;
+  p.chunk = p.V;
+  fs::plain_kernel<DT><<<dim3(p.B, 1, 1), fs::kThreads, kHistBytes, st>>>(p);
+  check_cuda(cudaGetLastError(), "plain kernel launch");
+}
+
+template <int DT>
 void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t st, bool stream_k) {
   if (stream_k) {
     fs::stream_kernel<DT><<<dim3(p.B, 1, 1), fs::kThreads, kStreamSmem, st>>>(p);
@@ -358,7 +401,8 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
   p.rej_joint_min_k = d.rej_joint_min_k;
   cudaStream_t st = stream >= 0 ? reinterpret_cast<cudaStream_t>(stream)
                                 : static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, dev));
-  Kind kind = kernel_kind(d, p, static_cast<int>(cluster));
+  const int esize = dt == fs::kF32 ? 4 : 2;
+  Kind kind = kernel_kind(d, p, static_cast<int>(cluster), esize);
   if (kind == kSplit) {
     p.split_C = split_chunks(V, dt);
     p.ws_row_bytes = static_cast<int>(fs::split_row_bytes(p.split_C));
@@ -367,11 +411,17 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
                : nullptr;
     if (!p.ws) {  // (no workspace: the policy without the split kernel)
       cluster = 0;
-      kind = kernel_kind(d, p, 0, false);
+      kind = kernel_kind(d, p, 0, esize, false);
     }
   }
-  int64_t used = kind == kStream ? -1 : c.S;
-  if (kind == kSplit) {
+  int64_t used = kind == kStream ? -1 : (kind == kPlain ? -2 : c.S);
+  if (kind == kPlain) {
+    switch (dt) {
+      case fs::kF32: launch_plain<fs::kF32>(p, st); break;
+      case fs::kBF16: launch_plain<fs::kBF16>(p, st); break;
+      default: launch_plain<fs::kF16>(p, st); break;
+    }
+  } else if (kind == kSplit) {
     used = 2000 + p.split_C;
     switch (dt) {
       case fs::kF32: launch_split<fs::kF32>(p, d, st); break;
@@ -438,7 +488,7 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
   q.mode = fs::kSample;
   q.has_topk = 1;
   q.V = static_cast<int>(V);
-  const Kind kind = kernel_kind(d, q, static_cast<int>(cluster));
+  const Kind kind = kernel_kind(d, q, static_cast<int>(cluster), dt == fs::kF32 ? 4 : 2);
   if (kind == kSplit) {
     c.S = split_chunks(static_cast<int>(V), static_cast<int>(dt));
     c.chunk = dt == fs::kF32 ? fs::split_chunk<fs::kF32>() : fs::split_chunk<fs::kBF16>();
