@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
-"""Plain sampling and top-p alone on the GPU: the one-pass plain kernel (plain.cuh, knob -2) beside the resident-row cluster kernel it replaces at large batches (knob 999), the
+"""Plain sampling on the GPU: the one-pass plain kernel (plain.cuh, knob -2) beside the resident-row cluster kernel it replaces at large batches (knob 999), the
 automatic policy, FlashInfer's regular ``sampling_from_probs`` / ``sampling_from_logits`` /
-``top_p_sampling_from_*`` and, for plain sampling, the vLLM-style PyTorch path (softmax,
-exponential noise, argmax), from probs, fp32 logits and bf16 logits; top-p 0.9 (a per-row tensor)
-and per-row top-p in [0.5, 1). Device time per call from CUDA graphs (4 inputs, median of 3), the ratio to FlashInfer and
+and the vLLM-style PyTorch path (softmax, exponential noise, argmax), from probs, fp32 logits and
+bf16 logits. Device time per call from CUDA graphs (4 inputs, median of 3), the ratio to FlashInfer and
 to the bandwidth floor (one read of the input). JSON and a markdown table to --out.
 
 Usage: python benchmarks/sampling_plain.py [--out DIR] [--quick]
@@ -57,8 +56,8 @@ def run(args, log):
     off_t = torch.tensor([0], dtype=torch.int64, device=DEV)
     Vs = [128256] if args.quick else [32000, 128256, 151936]
     Bs = [64, 256, 512] if args.quick else [1, 16, 64, 128, 256, 512]
-    combos = [("plain", "probs"), ("plain", "logits"), ("plain", "bf16"), ("top_p", "probs"),
-              ("top_p_rows", "probs"), ("top_p", "logits")]
+    # (top-p alone went through the plain kernel in commit fad2fcf: results/sampling_plain_topp_tried_h200.md)
+    combos = [("plain", "probs"), ("plain", "logits"), ("plain", "bf16")]
     if args.ops:
         combos = [c for c in combos if c[0] in args.ops.split(",")]
     for op, src in combos:
@@ -115,7 +114,6 @@ def write_md(path, meta, rows):
              "µs from CUDA graphs (4 inputs, median of 3). auto: the policy; plain: the one-pass plain kernel (knob -2); "
              "cluster: the resident-row cluster kernel (knob 999); FI: FlashInfer's regular sampling_from_probs / "
              "sampling_from_logits (temperature 1); torch: softmax + exponential + argmax (vLLM's random sampler). "
-             "top_p: a per-row tensor of 0.9; top_p_rows: per-row values in [0.5, 1). "
              "floor = one read of the input at 4285 GB/s.", "",
              "| op | src | V | logits | B | auto | plain | cluster | FI | torch | auto/FI | plain/floor |",
              "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -132,7 +130,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--ops", default="", help="comma list of plain,top_p,top_p_rows (default: all)")
+    ap.add_argument("--ops", default="", help="comma list of ops (default: all; plain)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

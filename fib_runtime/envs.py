@@ -144,8 +144,6 @@ _SPECS: Dict[str, _Spec] = {
     "FIB_SAMPLING_PLAIN_MIN_B": _Spec(_int, 128,
         "Plain sampling (no top-k, top-p or min-p) of batches from this size runs the one-pass plain kernel "
         "(from half of it where rows are at most 320 KB)."),
-    "FIB_SAMPLING_PLAIN_TOPP_MIN_B": _Spec(_int, 256,
-        "The same for top-p alone (rejection rounds in the plain kernel)."),
     "FIB_SAMPLING_REJECT_MIN_K": _Spec(_int, 1024,
         "Cluster kernel (sample_row): top_k_first rows with a top_k above this sample top-p by rejection "
         "from the kept top-k instead of sorting it (0: never)."),

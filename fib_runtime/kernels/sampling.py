@@ -4,10 +4,11 @@ One kernel launch per call, no host-device sync, no allocation besides the outpu
 to avoid that too), launched on the caller's current CUDA stream (apache-tvm-ffi hands the library
 torch's current stream). Which kernel runs (resident-row cluster kernel, streaming kernel, the
 one-pass filter kernel for large top-k sampling batches on sm_90, the split-row kernel for
-small top-k sampling batches before sm_90, or the one-pass plain kernel for plain sampling and
-top-p alone at large batches) is decided per call from B, V and the dtype; every kernel gives the
-same tokens for the same inputs (docs/kernels.md), except large-k rows, which the cluster kernel
-samples by rejection (below), and the plain kernel's calls: same distribution, another token. The split-row kernel keeps a
+small top-k sampling batches before sm_90, or the one-pass plain kernel for plain sampling at
+large batches) is decided per call from B, V and the dtype; every kernel gives the same tokens for
+the same inputs (docs/kernels.md), except large-k rows, which the cluster kernel samples by
+rejection (below), and plain sampling through the plain kernel (from 64 or 128 rows): same
+distribution, another token. The split-row kernel keeps a
 workspace per device and stream (4 MB and up, allocated on first use and grown with the batch,
 also during graph capture; never freed, as captured graphs may point at it).
 

@@ -52,10 +52,9 @@ struct DevInfo {
   // (benchmarks/results/sampling_large_k_h200.json): top_k_first k=2048 B=1 V=32000 33.5 -> 24.9 us,
   // k=1024 22.6 -> 24.0, k=512 17.4 -> 23.9; joint peaked k=512..2048 19.5..36.5 -> 13.4
   int rej_min_k = 1024, rej_joint_min_k = 256;
-  // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size runs the one-pass
-  // plain kernel (plain.cuh)
+  // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size (from half of it
+  // for rows of at most 320 KB) runs the one-pass plain kernel (plain.cuh)
   int plain_min_b = 128;
-  int plain_topp_min_b = 256;  // FIB_SAMPLING_PLAIN_TOPP_MIN_B: the same for top-p alone
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 using fs::kStreamSmem;
@@ -121,7 +120,6 @@ const DevInfo& dev_info(int dev) {
     check_cuda(cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "device attribute");
     if (const char* e = std::getenv("FIB_SAMPLING_STREAM_MIN_B")) d.stream_min_b = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_PLAIN_MIN_B")) d.plain_min_b = std::atoi(e);
-    if (const char* e = std::getenv("FIB_SAMPLING_PLAIN_TOPP_MIN_B")) d.plain_topp_min_b = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_FILTER_MIN_TOKENS")) d.filter_min_tokens = std::atof(e);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_MIN_K")) d.rej_min_k = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_JOINT_MIN_K")) d.rej_joint_min_k = std::atoi(e);
@@ -193,16 +191,14 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool n
 // one-pass plain kernel for calls without top-k (plain.cuh; rows with a filter run the general
 // algorithm there).
 enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2, kSplit = 3, kPlain = 4 };
-// Calls the plain kernel takes: sampling without top-k, min-p absent or a scalar that filters
-// nothing (a per-row tensor goes to the cluster kernel: its rows with min-p would run one CTA each
-// in the plain kernel), temperature anything but a scalar <= 0 (greedy). 1: plain sampling; 2:
-// with top-p (a tensor, or a scalar that filters; rows below top_p 0.25 take the general algorithm).
-int plain_call(const fs::Params& p) {
-  if (p.mode != fs::kSample || p.has_topk) return 0;
-  if (p.has_minp && (p.min_p_arr || p.min_p_val > 0.0f)) return 0;
-  if (p.is_logits && !p.temp_arr && !(p.temp_val > 0.0f)) return 0;
-  if (p.has_topp && (p.top_p_arr || p.top_p_val < 1.0f)) return (p.top_p_arr || p.top_p_val >= 0.25f) ? 2 : 0;
-  return 1;
+// Calls the plain kernel takes: sampling without top-k, top-p and min-p absent or scalars that
+// filter nothing (a per-row tensor goes to the cluster kernel: its rows with a filter would run
+// one CTA each in the plain kernel), temperature anything but a scalar <= 0 (greedy).
+bool plain_call(const fs::Params& p) {
+  if (p.mode != fs::kSample || p.has_topk) return false;
+  if (p.has_topp && (p.top_p_arr || p.top_p_val < 1.0f)) return false;
+  if (p.has_minp && (p.min_p_arr || p.min_p_val > 0.0f)) return false;
+  return !p.is_logits || p.temp_arr || p.temp_val > 0.0f;
 }
 Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, int esize, bool allow_split = true) {
   if (p.mode != fs::kSample || !p.has_topk) {
@@ -210,10 +206,9 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, int esize, 
     // B=512 V=128256 86 vs 172 us (fp32 probs), B=128 38 vs 54; at B=64 it wins for rows up to
     // ~300 KB (V=32000 fp32 8.5 vs 14.8, V=151936 bf16 30.5 vs 34.4) and loses above (V=128256
     // fp32 35.7 vs 31.8); below B=64 the cluster kernel's CTAs per row win (B=16 V=128256 11 vs 25)
-    const int pc = plain_call(p);
-    const int min_b = pc == 1 ? d.plain_min_b : d.plain_topp_min_b;
     const bool small_rows = static_cast<int64_t>(p.V) * esize <= 320 * 1024;
-    if (pc && (cluster == -2 || (cluster == 0 && (p.B >= min_b || (small_rows && 2 * p.B >= min_b && p.B >= 48)))))
+    const int min_b = d.plain_min_b;
+    if (plain_call(p) && (cluster == -2 || (cluster == 0 && (p.B >= min_b || (small_rows && 2 * p.B >= min_b)))))
       return kPlain;
     return kCluster;
   }

@@ -557,55 +557,6 @@ def test_plain_kernel_distribution(plain_kernel, V, kind, src):
     assert_distribution(counts, q, rows * calls, f"plain/{src}/{kind}/V={V}")
 
 
-@pytest.mark.parametrize("V", [111, 32000, 151936])
-@pytest.mark.parametrize("kind", ["peaked", "flat"])
-@pytest.mark.parametrize("src", ["probs", "logits"])
-@pytest.mark.parametrize("top_p", [0.9, 0.5, 0.3])
-def test_plain_kernel_top_p_distribution(plain_kernel, V, kind, src, top_p):
-    """Top-p alone through the plain kernel (rejection rounds of four candidates from the whole row,
-    then the general algorithm): 2^20 draws match the exact nucleus distribution, none outside."""
-    gen = torch.Generator().manual_seed(V * 5 + len(kind) + len(src) + int(top_p * 10))
-    is_logits = src == "logits"
-    for _ in range(20):  # a row whose top-p decision is not within 1e-5 of its boundary
-        lg = make_row(V, kind, gen)
-        row = lg if is_logits else torch.softmax(lg.double(), 0).float()
-        q, margin = ref_kept(row, is_logits, p=top_p)
-        if margin > 1e-5:
-            break
-    rows = max(1, min(4096, (1 << 27) // (V * 4)))
-    calls = -(-(1 << 20) // rows)
-    fn = S.top_p_sampling_from_logits if is_logits else S.top_p_sampling_from_probs
-    counts = draw_counts(fn, row, rows, calls, top_p=top_p)
-    assert_distribution(counts, q, rows * calls, f"plain top_p={top_p}/{src}/{kind}/V={V}")
-
-
-def test_plain_kernel_top_p_rows_support(plain_kernel):
-    """Per-row top_p (1.0, tiny, below 0.25, NaN, in [0.25, 1)): every token inside its row's exact
-    nucleus; rows below 0.25 take the general algorithm inside the plain kernel."""
-    B, V = 300, 32000
-    gen = torch.Generator(device=DEV).manual_seed(17)
-    lg = torch.randn(B, V, generator=gen, device=DEV) * torch.where(
-        torch.rand(B, 1, generator=gen, device=DEV) < 0.5, 4.0, 1.0)
-    probs = torch.softmax(lg, -1)
-    p = torch.rand(B, generator=gen, device=DEV) * 0.75 + 0.25
-    p[::10] = 1.0
-    p[1::10] = 1e-7
-    p[2::10] = 0.1
-    p[3::10] = float("nan")
-    nb = 60
-    masks_l, marg_l = _ref_kept_batch(lg[:nb], True, torch.zeros(nb), torch.nan_to_num(p[:nb], nan=1.0))
-    masks_p, marg_p = _ref_kept_batch(probs[:nb], False, torch.zeros(nb), torch.nan_to_num(p[:nb], nan=1.0))
-    for off in range(8):
-        for s, masks, marg in ((S.top_p_sampling_from_logits(lg, p, seed=5, offset=off), masks_l, marg_l),
-                               (S.top_p_sampling_from_probs(probs, p, seed=5, offset=off), masks_p, marg_p)):
-            assert int(s.min()) >= 0 and int(s.max()) < V
-            hit = masks[torch.arange(nb), s[:nb].cpu()]
-            bad = (~hit) & (marg > 1e-6)
-            assert not bool(bad.any()), f"outside the nucleus in rows {bad.nonzero().flatten().tolist()}"
-        # top_p tiny keeps the maximum only
-        assert bool((S.top_p_sampling_from_probs(probs, p, seed=5, offset=off)[1::10] == probs[1::10].argmax(-1)).all())
-
-
 def test_plain_kernel_edge_cases(plain_kernel):
     """One-hot rows, zeros, NaN, +inf (uniform over them), all-zero / all -inf / all NaN rows (token
     0), greedy rows (temperature 0, per row), unaligned and strided rows (same tokens as a

@@ -21,7 +21,13 @@
 // distribution (docs/kernels.md). Rows it does not cover run the general algorithm in place
 // (sample_row with S = 1, reading the row from global memory): rows with a filter (per-row
 // tensors), greedy rows (temperature <= 0), rows with +inf entries, and a drawn thread whose
-// tokens all fall below the fixed-point resolution (probability < 2^-30).
+// tokens all fall below the fixed-point resolution (probability < 2^-30). The token depends on
+// neither B nor the row's stride or alignment.
+//
+// Tried and not kept (2026-12-03, results/sampling_plain_topp_tried_h200.md): top-p alone in this
+// kernel by rejection, four candidates drawn per round as above and one more pass over the row per
+// round for their fixed-point masses of strictly larger tokens; the check pass took about twice the
+// first (B=512 V=128256 263.6 us peaked against the cluster kernel's 248.0 and FlashInfer's 180.7).
 #pragma once
 #include <cfloat>
 
@@ -31,9 +37,6 @@ namespace fib {
 namespace sampling {
 
 constexpr int kPlainUnroll = 4;  // 16-byte loads per thread in flight (64 KB per SM at 2 CTAs)
-constexpr int kPlainCand = 4;    // top-p: candidates per rejection round (one check pass each)
-constexpr int kPlainRounds = 2;  // top-p: rounds before the general algorithm
-constexpr uint32_t kTagPlain = 0x46495000u;  // "FIP" + byte j: the top-p candidates' Philox tags
 
 template <int DT>
 __device__ __forceinline__ void plain_unpack(const uint4 r, float (&x)[16 / ((DT == kF32) ? 4 : 2)]) {
@@ -134,9 +137,7 @@ __device__ __forceinline__ bool plain_draw(const Params& p, const int row) {
   const float mp = p.has_minp ? (p.min_p_arr ? p.min_p_arr[row] : p.min_p_val) : 0.0f;
   const float T = logits ? (p.temp_arr ? p.temp_arr[row] : p.temp_val) : 1.0f;
   // (as sample_row reads them: tp NaN or >= 1 and mp <= 0 are no filter; T <= 0 or NaN is greedy)
-  // top-p alone with top_p >= 0.25 is sampled by rejection (4.); any other filter: the general algorithm
-  const bool use_p = tp < 1.0f;
-  if ((k > 0 && k < V) || (use_p && !(tp >= 0.25f)) || mp > 0.0f || (logits && !(T > 0.0f))) return true;
+  if ((k > 0 && k < V) || tp < 1.0f || mp > 0.0f || (logits && !(T > 0.0f))) return true;
   const float scale = logits ? __fdiv_rn(1.4426950408889634f, T) : 1.0f;
   const uint64_t rnd = row_random64(row_seed(p, row), row_offset(p, row), static_cast<uint32_t>(row), kTagDraw);
 
@@ -166,10 +167,8 @@ __device__ __forceinline__ bool plain_draw(const Params& p, const int row) {
   __shared__ float sh_m[kWarps];
   __shared__ int sh_ni[kWarps], sh_lp[kWarps];
   __shared__ double sh_wt[kWarps];
-  __shared__ int sh_owner[kPlainCand], sh_tok[kPlainCand];
-  __shared__ uint32_t sh_key[kPlainCand];
-  __shared__ double sh_u2[kPlainCand];
-  __shared__ uint64_t sh_cw[kWarps][kPlainCand + 1];
+  __shared__ int sh_owner, sh_tok;
+  __shared__ double sh_u2;
   {
     float wm = m;
 #pragma unroll
@@ -221,10 +220,9 @@ __device__ __forceinline__ bool plain_draw(const Params& p, const int row) {
   const WeightCtx wc = make_weight_ctx(M, logits, scale);  // (kind 0 or 1: finite, positive mass)
   const int tail_base = nv * VEC;
 
-  // ---- 3. draws: the thread whose interval holds u * total (target >= total only through
-  // rounding: the last thread with mass takes it), then one warp per draw rescans that thread's
-  // tokens in fixed point. Writes sh_tok[c] (-1: the thread's tokens are all below the resolution)
-  // and sh_key[c].
+  // ---- 3. the draw: the thread whose interval holds u * total (target >= total only through
+  // rounding: the last thread with mass takes it), then one warp rescans that thread's tokens in
+  // fixed point. Writes sh_tok (-1: the thread's tokens are all below the resolution).
   auto own_frac = [&](uint64_t rbits, double* f) -> bool {
     const double target = static_cast<double>(rbits >> 11) * 0x1.0p-53 * total;
     if (!(mass > 0.0 && ex <= target && (target < inc || tid + 1 == lastpos))) return false;
@@ -232,59 +230,50 @@ __device__ __forceinline__ bool plain_draw(const Params& p, const int row) {
     *f = q < 0.0 ? 0.0 : (q < 1.0 ? q : 0x1.fffffffffffffp-1);
     return true;
   };
-  auto pick = [&](int c) {  // one warp: draw c
-    const int t = sh_owner[c];
+  auto pick = [&]() {  // one warp
+    const int t = sh_owner;
     const int nvt = t < 0 ? 0 : (nv > t ? (nv - t + kThreads - 1) / kThreads : 0);
     const int tail0 = tail_base + t;
     const int nst = t < 0 ? 0 : (V > tail0 ? (V - tail0 + kThreads - 1) / kThreads : 0);
     const int items = nvt + nst;
-    auto item_weights = [&](int j, uint64_t (&w)[VEC], uint32_t (&kk)[VEC]) -> int {  // returns its first index
+    auto item_weights = [&](int j, uint64_t (&w)[VEC]) -> int {  // returns its first index
       if (j < nvt) {
         const int vi = t + j * kThreads;
         float x[VEC];
         plain_unpack<DT>(plain_fetch<DT>(in_row, vec_ok, vi), x);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          kk[e] = f2key(sanitize(x[e], logits));
-          w[e] = weight_of(kk[e], wc);
-        }
+        for (int e = 0; e < VEC; ++e) w[e] = weight_of(f2key(sanitize(x[e], logits)), wc);
         return vi * VEC;
       }
       const int i = tail0 + (j - nvt) * kThreads;
-      kk[0] = f2key(sanitize(load_elem<DT>(in_row, i), logits));
-      w[0] = weight_of(kk[0], wc);
+      w[0] = weight_of(f2key(sanitize(load_elem<DT>(in_row, i), logits)), wc);
 #pragma unroll
-      for (int e = 1; e < VEC; ++e) {
-        w[e] = 0ull;
-        kk[e] = 0u;
-      }
+      for (int e = 1; e < VEC; ++e) w[e] = 0ull;
       return i;
     };
     uint64_t lw = 0;
     for (int j = lane; j < items; j += 32) {
       uint64_t w[VEC];
-      uint32_t kk[VEC];
-      item_weights(j, w, kk);
+      item_weights(j, w);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) lw += w[e];
     }
     const uint64_t W = warp_sum_u64(lw);
     if (W == 0) {
-      if (lane == 0) sh_tok[c] = -1;
+      if (lane == 0) sh_tok = -1;
       return;
     }
-    const double tq = sh_u2[c] * static_cast<double>(W);
+    const double tq = sh_u2 * static_cast<double>(W);
     uint64_t tgt = tq < 0.0 ? 0ull : static_cast<uint64_t>(tq);
     if (tgt >= W) tgt = W - 1;
     uint64_t base = 0;
     for (int j0 = 0; j0 < items; j0 += 32) {
       const int j = j0 + lane;
       uint64_t w[VEC];
-      uint32_t kk[VEC];
       int first = 0;
       lw = 0;
       if (j < items) {
-        first = item_weights(j, w, kk);
+        first = item_weights(j, w);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) lw += w[e];
       }
@@ -298,146 +287,30 @@ __device__ __forceinline__ bool plain_draw(const Params& p, const int row) {
           if (run + w[q] > tgt && run <= tgt) e = q;
           run += w[q];
         }
-        uint32_t ke = kk[0];
-#pragma unroll
-        for (int q = 1; q < VEC; ++q) ke = q == e ? kk[q] : ke;
-        sh_tok[c] = j < nvt ? first + e : first;  // (a scalar item's index is `first` itself)
-        sh_key[c] = ke;
+        sh_tok = j < nvt ? first + e : first;  // (a scalar item's index is `first` itself)
       }
       base += __shfl_sync(0xffffffffu, incl, 31);
       if (base > tgt) break;
     }
   };
 
-  if (!use_p) {  // plain: one draw (kTagDraw)
-    if (tid == 0) {
-      sh_owner[0] = -1;
-      sh_tok[0] = -1;
-    }
-    __syncthreads();
-    double f;
-    if (own_frac(rnd, &f)) {
-      sh_owner[0] = tid;
-      sh_u2[0] = f;
-    }
-    __syncthreads();
-    if (sh_owner[0] < 0) return true;  // (not reached: the intervals tile [0, total])
-    if (wid == 0) pick(0);
-    __syncthreads();
-    if (sh_tok[0] < 0) return true;  // the drawn thread's tokens are all below the resolution (p < 2^-30)
-    if (tid == 0) p.out_idx[row] = sh_tok[0];
-    return false;
+  if (tid == 0) {
+    sh_owner = -1;
+    sh_tok = -1;
   }
-
-  // ---- 4. top-p by rejection: rounds of kPlainCand candidates drawn as above (tags kTagPlain + j),
-  // one pass over the row per round computes the fixed-point mass of strictly larger tokens for
-  // each and the row's total, and the first candidate whose mass is below ceil(top_p * total) is
-  // the token. Rows whose rounds all fall outside take the general algorithm (its randomness is
-  // independent of these tags, so the result stays exact).
-  for (int round = 0; round < kPlainRounds; ++round) {
-    if (tid < kPlainCand) {
-      sh_owner[tid] = -1;
-      sh_tok[tid] = -1;
-    }
-    __syncthreads();
-    uint64_t rb[kPlainCand];
-#pragma unroll
-    for (int c = 0; c < kPlainCand; c += 2)
-      row_random128(row_seed(p, row), row_offset(p, row), static_cast<uint32_t>(row),
-                    kTagPlain + static_cast<uint32_t>(round * kPlainCand / 2 + c / 2), &rb[c], &rb[c + 1]);
-#pragma unroll
-    for (int c = 0; c < kPlainCand; ++c) {
-      double f;
-      if (own_frac(rb[c], &f)) {
-        sh_owner[c] = tid;
-        sh_u2[c] = f;
-      }
-    }
-    __syncthreads();
-    if (wid < kPlainCand) pick(wid);
-    __syncthreads();
-    bool bad = false;
-    uint32_t ck[kPlainCand];
-#pragma unroll
-    for (int c = 0; c < kPlainCand; ++c) {
-      bad |= sh_owner[c] < 0 || sh_tok[c] < 0;
-      ck[c] = sh_key[c];
-    }
-    if (bad) return true;
-    // the check pass: every thread's own tokens again
-    uint64_t tot = 0, above[kPlainCand];
-#pragma unroll
-    for (int c = 0; c < kPlainCand; ++c) above[c] = 0;
-    auto check = [&](const float (&x)[VEC], int n) {
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        if (e < n) {
-          const uint32_t key = f2key(sanitize(x[e], logits));
-          const uint64_t w = logits ? weight_logits(key, wc) : weight_probs(key, wc);
-          tot += w;
-#pragma unroll
-          for (int c = 0; c < kPlainCand; ++c) above[c] += key > ck[c] ? w : 0ull;
-        }
-      }
-    };
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int vi = tid + u * kThreads;
-      if (vi < nv) r[u] = plain_fetch<DT>(in_row, vec_ok, vi);
-    }
-    for (int v0 = tid; v0 < nv; v0 += kThreads * U) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int vi = v0 + u * kThreads;
-        if (vi < nv) {
-          const uint4 cur = r[u];
-          const int vn = vi + U * kThreads;
-          if (vn < nv) r[u] = plain_fetch<DT>(in_row, vec_ok, vn);
-          float x[VEC];
-          plain_unpack<DT>(cur, x);
-          check(x, VEC);
-        }
-      }
-    }
-    for (int i = tail_base + tid; i < V; i += kThreads) {
-      float x[VEC];
-      x[0] = load_elem<DT>(in_row, i);
-#pragma unroll
-      for (int e = 1; e < VEC; ++e) x[e] = 0.0f;
-      check(x, 1);
-    }
-    tot = warp_sum_u64(tot);
-#pragma unroll
-    for (int c = 0; c < kPlainCand; ++c) above[c] = warp_sum_u64(above[c]);
-    if (lane == 0) {
-      sh_cw[wid][0] = tot;
-#pragma unroll
-      for (int c = 0; c < kPlainCand; ++c) sh_cw[wid][c + 1] = above[c];
-    }
-    __syncthreads();
-    uint64_t T64 = 0, A[kPlainCand];
-#pragma unroll
-    for (int c = 0; c < kPlainCand; ++c) A[c] = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      T64 += sh_cw[w][0];
-#pragma unroll
-      for (int c = 0; c < kPlainCand; ++c) A[c] += sh_cw[w][c + 1];
-    }
-    if (T64 == 0) return true;  // (not reached: the drawn tokens have weight)
-    const double tt = ceil(static_cast<double>(tp) * static_cast<double>(T64));
-    const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
-    int acc = -1;
-#pragma unroll
-    for (int c = kPlainCand - 1; c >= 0; --c)
-      if (A[c] < target) acc = c;
-    if (acc >= 0) {
-      if (tid == 0) p.out_idx[row] = sh_tok[acc];
-      return false;
-    }
-    __syncthreads();  // (sh_cw, sh_owner reused by the next round)
+  __syncthreads();
+  double f;
+  if (own_frac(rnd, &f)) {
+    sh_owner = tid;
+    sh_u2 = f;
   }
-  return true;
+  __syncthreads();
+  if (sh_owner < 0) return true;  // (not reached: the intervals tile [0, total])
+  if (wid == 0) pick();
+  __syncthreads();
+  if (sh_tok < 0) return true;  // the drawn thread's tokens are all below the resolution (p < 2^-30)
+  if (tid == 0) p.out_idx[row] = sh_tok;
+  return false;
 }
 
 template <int DT>
