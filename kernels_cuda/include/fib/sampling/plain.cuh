@@ -15,8 +15,9 @@
 //      weights relative to M (floor(w / w_max * 2^44)) and returns the token at the draw's
 //      fraction of that thread's fixed-point mass.
 // Tokens the fixed-point weights drop (below 2^-44 of the maximum) are never returned, as in every
-// other kernel. The thread masses are fp32 sums of up to ~130 weights, so the probability of a
-// thread's tokens as a group is off by ~1e-5 relative at most; within the thread the draw is exact.
+// other kernel. The thread masses are fp32 sums of V/512 weights (250 at V=128256), so the
+// probability of a thread's tokens as a group is off by at most ~V/512 * 6e-8 relative (1.5e-5 at
+// V=128256); within the thread the draw is exact.
 // This kernel returns another token than the cluster kernel for the same (seed, offset): same
 // distribution (docs/kernels.md). Rows it does not cover run the general algorithm in place
 // (sample_row with S = 1, reading the row from global memory): rows with a filter (per-row
