@@ -571,6 +571,8 @@ def test_plain_kernel_edge_cases(plain_kernel):
     probs[3, 12] = 1.0
     probs[5, 100] = -1.0  # negative counts as 0
     probs[5, 32001] = 1e-30  # tiny but positive: the row's only weight
+    huge = torch.zeros(2, V, device=DEV)
+    huge[:, 40:32000:40] = 3e38  # partial sums past the fp32 range: the general algorithm, uniform here
     seen = set()
     for off in range(64):
         s = S.sampling_from_probs(probs, seed=1, offset=off).cpu()
@@ -580,6 +582,9 @@ def test_plain_kernel_edge_cases(plain_kernel):
         assert torch.equal(s, S.top_p_sampling_from_probs(probs, 1.0, seed=1, offset=off).cpu())
         assert torch.equal(s, S.min_p_sampling_from_probs(probs, 0.0, seed=1, offset=off).cpu())
     assert seen == {9, 11}
+    hc = torch.cat([S.sampling_from_probs(huge, seed=9, offset=o) for o in range(2000)]).cpu()
+    assert bool(((hc % 40 == 0) & (hc > 0) & (hc < 32000)).all())
+    assert len(set(hc.tolist())) > 600  # ~799 positions, each drawn with probability 1/799
     lg = torch.full((4, 1000), -float("inf"), device=DEV)
     lg[0, 17] = 3.0
     lg[1, :] = float("nan")

@@ -217,6 +217,7 @@ __device__ __forceinline__ bool plain_draw(const Params& p, const int row) {
     if (tid == 0) p.out_idx[row] = 0;
     return false;
   }
+  if (!(total < INFINITY)) return true;  // probs whose fp32 partial sums overflow (> 3.4e38)
   const double ex = before + wprev, inc = before + winc;
   const WeightCtx wc = make_weight_ctx(M, logits, scale);  // (kind 0 or 1: finite, positive mass)
   const int tail_base = nv * VEC;
