@@ -188,8 +188,8 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool n
 // streaming kernel; 999 the policy before the filter kernel (cluster kernel, streaming from
 // FIB_SAMPLING_STREAM_MIN_B rows); 1000 + S the one-pass filter kernel with S CTAs per row (1000:
 // automatic S); 2000 the split kernel (split.cuh; the policy before sm_90 at small batches); -2 the
-// one-pass plain kernel for calls without top-k (plain.cuh; rows with a filter run the general
-// algorithm there).
+// one-pass plain kernel for the calls plain_call admits (plain.cuh; other calls keep their kernel;
+// greedy rows of a per-row temperature run the general algorithm inside it).
 enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2, kSplit = 3, kPlain = 4 };
 // Calls the plain kernel takes: sampling without top-k, top-p and min-p absent or scalars that
 // filter nothing (a per-row tensor goes to the cluster kernel: its rows with a filter would run
