@@ -443,6 +443,22 @@ def write_md(path, meta, grid, extra, host, acc, sweep):
     Path(path).write_text("\n".join(L))
 
 
+def run_meta():
+    """Device, driver, library versions and date of a benchmark run (FI.load() first)."""
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True).stdout.strip()
+    except Exception:  # noqa: BLE001
+        driver = "?"
+    import tvm_ffi
+
+    return {"device": torch.cuda.get_device_name(), "driver": driver, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "tvm_ffi": getattr(tvm_ffi, "__version__", "?"),
+            "flashinfer": getattr(getattr(FI, "fis", None), "__version__", None) or os.environ.get("FI_VERSION", "0.7.2.post1"),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "python": sys.version.split()[0],
+            "sms": torch.cuda.get_device_properties(0).multi_processor_count}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -464,18 +480,7 @@ def main():
 
     if not FI.ok:
         log(f"FlashInfer not available: {FI.err}")
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True).stdout.strip()
-    except Exception:  # noqa: BLE001
-        driver = "?"
-    import tvm_ffi
-
-    meta = {"device": torch.cuda.get_device_name(), "driver": driver, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "tvm_ffi": getattr(tvm_ffi, "__version__", "?"),
-            "flashinfer": getattr(getattr(FI, "fis", None), "__version__", None) or os.environ.get("FI_VERSION", "0.7.2.post1"),
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "python": sys.version.split()[0],
-            "sms": torch.cuda.get_device_properties(0).multi_processor_count}
+    meta = run_meta()
     log(json.dumps(meta))
     t0 = time.time()
     res = {"meta": meta, "grid": [], "extra": [], "host_cost_us": {}, "cluster_sweep": [], "acceptance": {}}

@@ -1,19 +1,18 @@
 #!/usr/bin/env python3
-"""Plain sampling on the GPU: the one-pass plain kernel (plain.cuh, knob -2) beside the resident-row cluster kernel it replaces at large batches (knob 999), the
-automatic policy, FlashInfer's regular ``sampling_from_probs`` / ``sampling_from_logits`` /
-and the vLLM-style PyTorch path (softmax, exponential noise, argmax), from probs, fp32 logits and
-bf16 logits. Device time per call from CUDA graphs (4 inputs, median of 3), the ratio to FlashInfer and
-to the bandwidth floor (one read of the input). JSON and a markdown table to --out.
+"""Plain sampling on the GPU: the one-pass plain kernel (plain.cuh, knob -2) beside the
+resident-row cluster kernel it replaces at large batches (knob 999), the automatic policy,
+FlashInfer's regular ``sampling_from_probs`` / ``sampling_from_logits`` and the vLLM-style PyTorch
+path (softmax, exponential noise, argmax), from probs, fp32 logits and bf16 logits. Device time per
+call from CUDA graphs (4 inputs, median of 3), the ratio to FlashInfer and to the bandwidth floor
+(one read of the input). JSON and a markdown table to --out.
 
 Usage: python benchmarks/sampling_plain.py [--out DIR] [--quick]
 """
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,30 +23,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from fib_runtime.kernels import sampling as S  # noqa: E402
-from sampling import FI, floor_us, graph_time, make_inputs  # noqa: E402
+from sampling import FI, floor_us, graph_time, make_inputs, run_meta  # noqa: E402
+from sampling_ab import knob  # noqa: E402
 
 DEV = "cuda"
-
-
-def knob(cl, fn):
-    old = S._CLUSTER
-    S._CLUSTER = cl
-    try:
-        return fn()
-    finally:
-        S._CLUSTER = old
 
 
 def vllm_style(x, is_logits):
     probs = x.softmax(dim=-1, dtype=torch.float32) if is_logits else x
     q = torch.empty_like(probs).exponential_()
     return probs.div(q).argmax(dim=-1)
-
-
-def _p_of(op, B):
-    if op == "top_p_rows":  # one value per row in [0.5, 1), as fib bench draws them
-        return torch.linspace(0.5, 0.999, B, device=DEV)
-    return torch.full((B,), 0.9, device=DEV) if op == "top_p" else None
 
 
 def run(args, log):
@@ -57,10 +42,7 @@ def run(args, log):
     Vs = [128256] if args.quick else [32000, 128256, 151936]
     Bs = [64, 256, 512] if args.quick else [1, 16, 64, 128, 256, 512]
     # (top-p alone went through the plain kernel in commit fad2fcf: results/sampling_plain_topp_tried_h200.md)
-    combos = [("plain", "probs"), ("plain", "logits"), ("plain", "bf16")]
-    if args.ops:
-        combos = [c for c in combos if c[0] in args.ops.split(",")]
-    for op, src in combos:
+    for src in ("probs", "logits", "bf16"):
         is_logits = src != "probs"
         for V in Vs:
             for kind in ("peaked", "flat"):
@@ -71,37 +53,28 @@ def run(args, log):
                     elif src == "bf16":
                         xs = [x.to(torch.bfloat16) for x in xs]
                     outs = [torch.empty(B, dtype=torch.int64, device=DEV) for _ in range(4)]
-                    pt = _p_of(op, B)
-                    if op == "plain":
-                        f = S.sampling_from_logits if is_logits else S.sampling_from_probs
-                        ours = lambda i, f=f: f(xs[i], seed=seed_t, offset=off_t, out=outs[i])  # noqa: E731
-                    else:
-                        f = S.top_p_sampling_from_logits if is_logits else S.top_p_sampling_from_probs
-                        ours = lambda i, f=f: f(xs[i], pt, seed=seed_t, offset=off_t, out=outs[i])  # noqa: E731
+                    f = S.sampling_from_logits if is_logits else S.sampling_from_probs
+                    ours = lambda i, f=f: f(xs[i], seed=seed_t, offset=off_t, out=outs[i])  # noqa: E731
                     elem = 2 if src == "bf16" else 4
-                    r = {"op": op, "src": src, "V": V, "logits": kind, "B": B, "floor_us": floor_us(B, V, elem)}
+                    r = {"op": "plain", "src": src, "V": V, "logits": kind, "B": B, "floor_us": floor_us(B, V, elem)}
                     for name, cl in (("auto", 0), ("plain_kernel", -2), ("cluster_kernel", 999)):
                         r[name] = knob(cl, lambda: graph_time([(lambda i=i: ours(i)) for i in range(4)]))
                     if FI.ok:
                         try:
-                            if op == "plain":
-                                fn = FI.fis.sampling_from_logits if is_logits else FI.fis.sampling_from_probs
-                                fi = lambda i, fn=fn: fn(xs[i], seed=1234, offset=0)  # noqa: E731
-                            else:
-                                fn = FI.fis.top_p_sampling_from_logits if is_logits else FI.fis.top_p_sampling_from_probs
-                                fi = lambda i, fn=fn: fn(xs[i], pt, seed=1234, offset=0)  # noqa: E731
+                            fn = FI.fis.sampling_from_logits if is_logits else FI.fis.sampling_from_probs
+                            fi = lambda i, fn=fn: fn(xs[i], seed=1234, offset=0)  # noqa: E731
                             r["fi_regular"] = graph_time([(lambda i=i: fi(i)) for i in range(4)])
                         except Exception as exc:  # noqa: BLE001
                             r["fi_error"] = f"{type(exc).__name__}: {exc}"[:200]
-                    r["torch"] = graph_time([(lambda i=i: vllm_style(xs[i], is_logits)) for i in range(4)]) if op == "plain" else None
+                    r["torch"] = graph_time([(lambda i=i: vllm_style(xs[i], is_logits)) for i in range(4)])
                     if "fi_regular" in r:
                         r["ratio_auto_vs_fi"] = r["auto"] / r["fi_regular"]
                     r["plain_over_floor"] = r["plain_kernel"] / r["floor_us"]
                     r["ratio_plain_vs_cluster"] = r["plain_kernel"] / r["cluster_kernel"]
                     rows.append(r)
-                    log(f"{op:>10} {src:>6} V={V:>6} {kind:>6} B={B:>3}: auto {r['auto']:.1f} plain {r['plain_kernel']:.1f} "
+                    log(f"{src:>6} V={V:>6} {kind:>6} B={B:>3}: auto {r['auto']:.1f} plain {r['plain_kernel']:.1f} "
                         f"cluster {r['cluster_kernel']:.1f} fi {r.get('fi_regular', float('nan')):.1f} "
-                        f"torch {r['torch'] or float('nan'):.1f} floor {r['floor_us']:.2f}")
+                        f"torch {r['torch']:.1f} floor {r['floor_us']:.2f}")
                     del xs, outs
     return rows
 
@@ -130,24 +103,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--ops", default="", help="comma list of ops (default: all; plain)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     FI.load()
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True).stdout.strip()
-    except Exception:  # noqa: BLE001
-        driver = "?"
-    import tvm_ffi
-
-    meta = {"device": torch.cuda.get_device_name(), "driver": driver, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "tvm_ffi": getattr(tvm_ffi, "__version__", "?"),
-            "flashinfer": getattr(getattr(FI, "fis", None), "__version__", None) or os.environ.get("FI_VERSION", "0.7.2.post1"),
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "python": sys.version.split()[0],
-            "sms": torch.cuda.get_device_properties(0).multi_processor_count,
-            "kernels_dir": os.environ.get("FIB_KERNELS_DIR")}
+    meta = run_meta()
+    meta["kernels_dir"] = os.environ.get("FIB_KERNELS_DIR")
     print(json.dumps(meta), flush=True)
     rows = run(args, lambda s: print(s, flush=True))
     (out / "sampling_plain_h200.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
