@@ -525,6 +525,68 @@ def test_kernels_same_tokens_fixed_k(dtype, k):
         S._CLUSTER = old
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("src", ["logits", "probs"])
+@pytest.mark.parametrize("order", ["top_k_first", "joint"])
+@pytest.mark.parametrize("k", [1, 50, 128])
+def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
+    """The filter kernel's pre-pass (rows with k <= 128) on rows built for each of its paths: one
+    candidate per lane, a few lanes holding several of the top tokens (they re-read their tokens),
+    hundreds of such lanes and a constant row (too many re-reads: the stage loop from the
+    pre-pass's bound), fewer than k tokens above the floor (no bound: the stage loop from 0), NaN
+    and +inf entries, an ascending row. Rows are 16-byte aligned, so lane t of a CTA holds the
+    tokens (u * 512 + t) * 4 + j (fp32) or (u * 512 + t) * 8 + j (16-bit) of its slice. The
+    tokens must equal the streaming and cluster kernels' for 1, 2 and 4 CTAs per row."""
+    if src == "probs" and dtype != torch.float32:
+        pytest.skip("probs are fp32")
+    B, V = 10, 32768
+    tpv = 4 if dtype == torch.float32 else 8
+    gen = torch.Generator(device=DEV).manual_seed(11 + k)
+    lg = torch.randn(B, V, generator=gen, device=DEV)
+    lane_tok = lambda t, u: (u * 512 + t) * tpv  # first token of lane t's vector u (one CTA)
+    # row 0: lanes 0-3 hold 2k large values each (a few re-reading lanes)
+    for t in range(4):
+        for u in range(min(2 * k, V // (512 * tpv))):
+            lg[0, lane_tok(t, u)] = 6.0 + 0.01 * u + 0.1 * t
+    # row 1: 300 lanes with two large values each (too many re-reads)
+    for t in range(300):
+        lg[1, lane_tok(t, 0)] = 5.0 + t * 1e-3
+        lg[1, lane_tok(t, 1) + 1] = 5.0 + t * 1e-3 + 5e-4
+    lg[2] = 0.25  # constant row: ties everywhere (lower index first)
+    lg[3] = -float("inf")  # fewer than k finite tokens: no bound from the lane maxima
+    lg[3, torch.randperm(V, generator=gen, device=DEV)[: max(1, k // 2)]] = 1.0
+    lg[4, torch.randperm(V, generator=gen, device=DEV)[:500]] = float("nan")
+    lg[5, torch.randperm(V, generator=gen, device=DEV)[:3]] = float("inf")
+    lg[6] = torch.sort(lg[6]).values
+    lg[7, ::2] = lg[7, 1::2]  # pairs of equal values in one lane
+    if src == "logits":
+        x = lg.to(dtype)
+        fn = lambda: S.top_k_top_p_sampling_from_logits(x, k, 0.9, seed=3, offset=1, filter_apply_order=order)
+        xf = x.float()
+    else:
+        pr = torch.softmax(torch.nan_to_num(lg, nan=-float("inf"), posinf=30.0), dim=1)
+        pr[2] = 1.0 / V
+        pr[4, torch.randperm(V, generator=gen, device=DEV)[:500]] = float("nan")
+        pr[8, :] = 0.0
+        pr[8, :7] = 0.5  # seven equal tokens (k > 7: every one kept)
+        x = pr
+        fn = lambda: S.top_k_top_p_sampling_from_probs(x, k, 0.9, seed=3, offset=1, filter_apply_order=order)
+        xf = torch.nan_to_num(x, nan=-1.0)
+    old = S._CLUSTER
+    try:
+        S._CLUSTER = -1
+        ref = fn()
+        larger = (xf > xf.gather(1, ref[:, None])).sum(1)
+        assert bool((larger < k).all())
+        assert not bool(torch.isnan(x.float().gather(1, ref[:, None])).any())  # never a NaN entry
+        for cl in (1001, 1002, 1004, 4):
+            S._CLUSTER = cl
+            got = fn()
+            assert torch.equal(got, ref), (cl, (got != ref).nonzero().flatten().tolist())
+    finally:
+        S._CLUSTER = old
+
+
 # ----------------------------------------------------------------------------- plain kernel
 @pytest.fixture
 def plain_kernel():

@@ -66,6 +66,13 @@ static_assert(kFilterCap - kFilterMaxK + 2 * kRankSortMax <= kFilterCap && kFilt
 #ifndef FIB_FILTER_REG_STREAM_F32  // 1: fp32 rows take the register stream too (H200: slower, see the kernel)
 #define FIB_FILTER_REG_STREAM_F32 0
 #endif
+#ifndef FIB_FILTER_PREPASS  // 1: rows with k <= kSeedMaxK take the pre-pass (a -D for benchmark
+#define FIB_FILTER_PREPASS 0   // builds; H200: no faster at B=64, slower from B=256, see the kernel)
+#endif
+#ifndef FIB_FILTER_PRE_VECS  // the pre-pass's 16-byte loads in flight per thread
+#define FIB_FILTER_PRE_VECS 8
+#endif
+constexpr int kPreVecs = FIB_FILTER_PRE_VECS;
 #ifndef FIB_FILTER_TRIG_FLOOR  // the compaction trigger's floor (a -D for benchmark builds)
 #define FIB_FILTER_TRIG_FLOOR 512
 #endif
@@ -431,9 +438,27 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     }
   };
   uint4 pf0[NV], pf1[NV];  // (register stream) stage s is in pf0 for even s, pf1 for odd s
-  if constexpr (kRegStream) {  // stages 0 and 1 are in flight from here on
-    if (nstages > 0) load_stage(0, pf0);
-    if (nstages > 1) load_stage(1, pf1);
+  // rows with k <= kSeedMaxK read their slice twice: a pre-pass (below) finds the threshold from
+  // every lane's maximum; the stage loop then runs only where the pre-pass cannot finish the row
+  const bool pre = FIB_FILTER_PREPASS && k <= kSeedMaxK;
+  // the stage loop's first loads: stages 0 and 1 (register stream) or the ring's first stages (TMA)
+  auto start_stream = [&]() {
+    if constexpr (kRegStream) {
+      if (nstages > 0) load_stage(0, pf0);
+      if (nstages > 1) load_stage(1, pf1);
+    } else {
+      if (tid == 0) {
+        for (int q = 0; q < NST && q < nstages; ++q) {
+          const int bytes = min(STAGE_BYTES, body_bytes - q * STAGE_BYTES);
+          mbar_expect_tx(&bars[q], static_cast<uint32_t>(bytes));
+          tma_load_1d(ring + q * STAGE_BYTES, body + static_cast<int64_t>(q) * STAGE_BYTES,
+                      static_cast<uint32_t>(bytes), &bars[q]);
+        }
+      }
+    }
+  };
+  if constexpr (kRegStream) {  // stages 0 and 1 are in flight from here on (rows without the pre-pass)
+    if (!pre) start_stream();
     if (tid == 0) {
       s_cnt = 0;
       s_tau = 0ull;
@@ -450,14 +475,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       s_rcnt[0] = 0;  // (push mode: the other ranks reserve their places in this CTA's ring here)
     }
     __syncthreads();
-    if (tid == 0) {
-      for (int q = 0; q < NST && q < nstages; ++q) {
-        const int bytes = min(STAGE_BYTES, body_bytes - q * STAGE_BYTES);
-        mbar_expect_tx(&bars[q], static_cast<uint32_t>(bytes));
-        tma_load_1d(ring + q * STAGE_BYTES, body + static_cast<int64_t>(q) * STAGE_BYTES, static_cast<uint32_t>(bytes),
-                    &bars[q]);
-      }
-    }
+    if (!pre) start_stream();
   }
 
   FIB_PROF(1);
@@ -575,6 +593,107 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     __syncthreads();
   }
 
+  // ---- the pre-pass (-DFIB_FILTER_PREPASS=1, not the default; rows with k <= kSeedMaxK). Tried on the
+  // H200 2026-12-03 (results/sampling_ab_prepass_h200.json, k=50 from probs, against the ring):
+  // correct (identity 84/84 apart from joint rows of the slow path, fixed since; the path tests
+  // passed), but B=64 V=128256 28.8 against 29.3 us (cake 17.8), B=256 61.4 against 49.6, B=512
+  // 117.7 against 94.8: at one CTA per SM eight loads in flight per thread stream no faster than
+  // the ring, and from B=256 the re-reading lanes' serial loads (8 batches, from HBM) hold each
+  // row up. Every thread reads its tokens of the slice (the
+  // stage loop's partition) with kPreVecs 16-byte loads always in flight and keeps its largest
+  // value with its index and its second largest value (and the joint sums); seed_tau over the
+  // lane maxima bounds the slice's k-th largest from below (the lane maxima at or above it are k
+  // distinct tokens), and for k << 512 about k tokens of the slice reach it. A lane whose second
+  // value is below that bound holds at most one candidate, its maximum: it appends it without
+  // reading anything again; the few lanes with two or more re-read their tokens (L2) and append
+  // those at or above the bound. Where too many lanes would re-read (tied or structured rows) or
+  // the bound is no bound (fewer than k positive tokens), the stage loop streams the slice
+  // again from that bound (exact either way: the buffer holds every token >= tau0 of the slice).
+  bool fast = false;
+  uint64_t tau0 = 0ull;
+  if (pre) {
+    constexpr int PD = kPreVecs;   // vectors in flight per thread
+    constexpr int SPD = PD / NV;   // stages in flight
+    constexpr int TPV = 16 / ESIZE;
+    // the thread's flat vector u = stage u / NV, vector u % NV of the stage (zero past the body)
+    auto ldv = [&](int u) -> uint4 {
+      const int off = (u * kThreads + tid) * 16;
+      return off < body_bytes ? __ldg(reinterpret_cast<const uint4*>(body + off)) : make_uint4(0u, 0u, 0u, 0u);
+    };
+    uint4 q[PD];
+#pragma unroll
+    for (int d = 0; d < PD; ++d) q[d] = ldv(d);
+    float m1 = -INFINITY, m2 = -INFINITY;  // (NaN never enters: every compare with it is false)
+    int i1 = 0;
+    for (int s0 = 0; s0 < nstages; s0 += SPD) {
+#pragma unroll
+      for (int d = 0; d < SPD; ++d) {
+        const int s = s0 + d;
+        float x[kFilterPer] = {};
+        uint32_t vm = 0u;
+#pragma unroll
+        for (int v = 0; v < NV; ++v) {
+          const int u = s * NV + v;
+          unpack(q[d * NV + v], x, v * 4);
+          if ((u * kThreads + tid) * 16 < body_bytes) vm |= (DT == kF32 ? 0xfu : 0xffu) << (v * 4);
+          q[d * NV + v] = ldv(u + PD);  // (the slot refilled before its values are used)
+        }
+        if (s < nstages) {
+          if (joint) joint_add(x, vm);
+          const int sb0 = head + s * kFilterStage;
+          const int i0 = sb0 + tid * TPV, i1b = DT == kF32 ? sb0 + (kThreads + tid) * TPV : i0 + 4;
+#pragma unroll
+          for (int j = 0; j < kFilterPer; ++j) {
+            const float xv = ((vm >> j) & 1u) ? x[j] : -INFINITY;
+            const bool top = xv > m1;
+            m2 = top ? m1 : fmaxf(m2, xv);
+            i1 = top ? (j < 4 ? i0 + j : i1b + (j - 4)) : i1;
+            m1 = top ? xv : m1;
+          }
+        }
+      }
+    }
+    tau0 = seed_tau(m1, k, logits, ssel);
+    const float tf0 = key2f(static_cast<uint32_t>(tau0 >> 32));
+    const bool rr = tau0 != 0ull && m2 >= tf0;
+    if (tid == 0) s_tau = tau0;
+    const int nrr = __syncthreads_count(rr);
+    // the buffer takes every candidate: the extras, one per lane, all tokens of the re-read lanes
+    fast = tau0 != 0ull && nrr * (nstages * kFilterPer) + kThreads + extra <= kFilterTrigger;
+    if (fast) {
+      const bool hm = !rr && m1 >= tf0;
+      const unsigned bm = __ballot_sync(0xffffffffu, hm);
+      if (bm) {
+        int base = 0;
+        if (lane == __ffs(bm) - 1) base = atomicAdd(&s_cnt, __popc(bm));
+        base = __shfl_sync(0xffffffffu, base, __ffs(bm) - 1);
+        if (hm) buf[base + __popc(bm & ((1u << lane) - 1u))] = comp(m1, i1);
+      }
+      if (rr) {  // (a few lanes of the CTA) every token of this lane at or above the bound
+        const int nvec = nstages * NV;
+        for (int u0 = 0; u0 < nvec; u0 += PD) {
+          uint4 w[PD];
+#pragma unroll
+          for (int d = 0; d < PD; ++d) w[d] = ldv(u0 + d);
+#pragma unroll
+          for (int d = 0; d < PD; ++d) {
+            const int u = u0 + d;
+            if ((u * kThreads + tid) * 16 >= body_bytes) continue;
+            float x[kFilterPer] = {};
+            unpack(w[d], x, 0);
+            const int ib = head + (u * kThreads + tid) * TPV;
+#pragma unroll
+            for (int j = 0; j < TPV; ++j)
+              if (x[j] >= tf0) buf[atomicAdd(&s_cnt, 1)] = comp(x[j], ib + j);
+          }
+        }
+      }
+      __syncthreads();
+    } else {
+      start_stream();  // the stage loop streams the slice again, from tau0
+    }
+  }
+
   FIB_PROF(2);
   // block-wide: compacts the buffer to its k-th largest, which becomes s_tau (every thread; ends
   // with a barrier); clear_flag (a constant): the register stream's s_flag is reset with it
@@ -597,8 +716,10 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     __syncthreads();
     FIB_PROF_IF(g_fib_prof[10] == 1, 13);
   };
-  if constexpr (!kRegStream) {
-    uint64_t tau = 0ull;
+  if (fast) {
+    // (the pre-pass appended the slice's candidates)
+  } else if constexpr (!kRegStream) {
+    uint64_t tau = tau0;
     uint32_t parity = 0u;
     for (int s = 0, q = 0; s < nstages; ++s) {
       const int sbytes = min(STAGE_BYTES, body_bytes - s * STAGE_BYTES);
@@ -626,11 +747,11 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
           vm |= (DT == kF32 ? 0xfu : 0xffu) << (v * 4);
         }
       }
-      if (joint) joint_add(x, vm);
+      if (joint && !pre) joint_add(x, vm);
       // (block-uniform) the first stage seeds tau (seed_tau), with stage 1 where a row has one CTA
       // (H200, results/sampling_ab_seed2_h200.json: V=32000 B=512 k=50 47.7 -> 43.6 us, V=128256
       // 100.3 -> 94.9; with S = 2 the slices end with larger sets to merge, B=64 29.8 -> 30.8)
-      if (s == 0 && k <= kSeedMaxK) {
+      if (s == 0 && !pre && k <= kSeedMaxK) {
         float m = lane_max(x, vm);
         if (FIB_FILTER_SEED_STAGES > 1 && S == 1 && nstages > 1) {  // stage 1 too (in flight since the start)
           mbar_wait(&bars[1], 0u);
@@ -713,7 +834,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
       tf = key2f(static_cast<uint32_t>(tau >> 32));  // fast test: raw values (NaN/negative/-0 compare low)
       open = tau == 0ull || tf <= (logits ? -INFINITY : 0.0f);
     };
-    set_tau(0ull);
+    set_tau(tau0);
     // consumes stage s from r (then refills r with stage s + 2): joint sum, vote, appends; true when
     // this warp's append passed the trigger
     auto step = [&](uint4 (&r)[NV], int s, bool first) -> bool {
@@ -726,8 +847,8 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
         if ((v * kThreads + tid) * 16 < sb) vm |= (DT == kF32 ? 0xfu : 0xffu) << (v * 4);
       }
       if (!first && s + 2 < nstages) load_stage(s + 2, r);  // (early: its registers are free)
-      if (joint) joint_add(x, vm);
-      if (first && k <= kSeedMaxK) {  // stage 0 (block-wide; a constant argument): the seed
+      if (joint && !pre) joint_add(x, vm);
+      if (first && !pre && k <= kSeedMaxK) {  // stage 0 (block-wide; a constant argument): the seed
         float m = lane_max(x, vm);
         if (FIB_FILTER_SEED_STAGES > 1 && S == 1 && nstages > 1) {  // stage 1 too (pf1)
           float x1[kFilterPer] = {};
