@@ -438,8 +438,9 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
     }
   };
   uint4 pf0[NV], pf1[NV];  // (register stream) stage s is in pf0 for even s, pf1 for odd s
-  // rows with k <= kSeedMaxK read their slice twice: a pre-pass (below) finds the threshold from
-  // every lane's maximum; the stage loop then runs only where the pre-pass cannot finish the row
+  // (-DFIB_FILTER_PREPASS=1 only) rows with k <= kSeedMaxK read their slice in a pre-pass (below)
+  // that finds the threshold from every lane's maximum; the stage loop then runs only where the
+  // pre-pass cannot finish the row
   const bool pre = FIB_FILTER_PREPASS && k <= kSeedMaxK;
   // the stage loop's first loads: stages 0 and 1 (register stream) or the ring's first stages (TMA)
   auto start_stream = [&]() {
@@ -595,8 +596,8 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
 
   // ---- the pre-pass (-DFIB_FILTER_PREPASS=1, not the default; rows with k <= kSeedMaxK). Tried on the
   // H200 2026-12-03 (results/sampling_ab_prepass_h200.json, k=50 from probs, against the ring):
-  // correct (identity 84/84 apart from joint rows of the slow path, fixed since; the path tests
-  // passed), but B=64 V=128256 28.8 against 29.3 us (cake 17.8), B=256 61.4 against 49.6, B=512
+  // correct once its slow path stopped adding the joint sums a second time (the same-token and
+  // path tests passed, results/sampling_h200_pytest_prepass.log), but B=64 V=128256 28.8 against 29.3 us (cake 17.8), B=256 61.4 against 49.6, B=512
   // 117.7 against 94.8: at one CTA per SM eight loads in flight per thread stream no faster than
   // the ring, and from B=256 the re-reading lanes' serial loads (8 batches, from HBM) hold each
   // row up. Every thread reads its tokens of the slice (the
