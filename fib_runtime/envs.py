@@ -135,7 +135,8 @@ _SPECS: Dict[str, _Spec] = {
     "FIB_SAMPLING_CLUSTER": _Spec(_int, 0,
         "Sampling kernel choice (benchmarks): 0 automatic; 1..8 resident-row cluster kernel with that many "
         "CTAs per row; -1 streaming kernel; -2 one-pass plain kernel (calls without top-k); 999 the policy "
-        "before the filter and plain kernels; 1000+S filter kernel; 2000 split-row kernel."),
+        "before the filter and plain kernels; 1000+S filter kernel; 2000 split-row kernel; 3000+S two-pass "
+        "top-k kernel (3000: automatic S)."),
     "FIB_SAMPLING_FILTER_MIN_TOKENS": _Spec(_float, 6.0e6,
         "Automatic policy: top-k sampling calls of at least this many tokens (B*V, any dtype) "
         "and B >= 48 use the one-pass filter kernel on sm_90 (read once per device by the C++ side)."),

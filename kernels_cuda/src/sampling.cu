@@ -25,6 +25,7 @@
 #include <string>
 
 #include "fib/sampling/filter.cuh"
+#include "fib/sampling/twopass.cuh"
 #include "fib/sampling/host_args.h"
 #include "fib/sampling/split.cuh"
 #include "fib/sampling/plain.cuh"
@@ -55,6 +56,9 @@ struct DevInfo {
   // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size (from half of it
   // for rows of at most 320 KB) runs the one-pass plain kernel (plain.cuh)
   int plain_min_b = 128;
+  // the two-pass kernel's clusters of S CTAs that can be resident at once (cudaOccupancyMaxActiveClusters;
+  // clusters are placed within one GPC, so 8-CTA clusters of one CTA per SM fit fewer than #SMs / 8)
+  int tp_clusters[fs::kMaxCluster + 1] = {};
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 using fs::kStreamSmem;
@@ -106,6 +110,30 @@ void prepare_kernel(DevInfo& d) {
     check_cuda(cudaFuncSetAttribute(fs::filter_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(fs::kFilterSmem)),
                "cudaFuncSetAttribute(filter MaxDynamicSharedMemorySize)");
+    check_cuda(cudaFuncSetAttribute(fs::twopass_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(fs::kTwoPassSmem)),
+               "cudaFuncSetAttribute(twopass MaxDynamicSharedMemorySize)");
+    if (DT == fs::kF32) {
+      for (int S = 1; S <= fs::kMaxCluster; ++S) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(S, 1, 1);
+        cfg.blockDim = dim3(fs::kThreads, 1, 1);
+        cfg.dynamicSmemBytes = fs::kTwoPassSmem;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = S;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        int nc = 0;
+        if (cudaOccupancyMaxActiveClusters(&nc, fs::twopass_kernel<DT>, &cfg) != cudaSuccess) {
+          (void)cudaGetLastError();
+          nc = 0;
+        }
+        d.tp_clusters[S] = nc;
+      }
+    }
   }
 }
 
@@ -190,7 +218,7 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool n
 // automatic S); 2000 the split kernel (split.cuh; the policy before sm_90 at small batches); -2 the
 // one-pass plain kernel for the calls plain_call admits (plain.cuh; other calls keep their kernel;
 // greedy rows of a per-row temperature run the general algorithm inside it).
-enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2, kSplit = 3, kPlain = 4 };
+enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2, kSplit = 3, kPlain = 4, kTwoPass = 5 };
 // Calls the plain kernel takes: sampling without top-k, top-p and min-p absent or scalars that
 // filter nothing (a per-row tensor goes to the cluster kernel: its rows with a filter would run
 // one CTA each in the plain kernel), temperature anything but a scalar <= 0 (greedy).
@@ -231,6 +259,7 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, int esize, 
   }
   const Kind legacy = p.B >= d.stream_min_b ? kStream : kCluster;
   if (cluster == 999) return legacy;  // the policy before the filter kernel
+  if (cluster >= 3000 && cluster < 4000) return kTwoPass;
   if (cluster >= 1000) return kFilter;
   if (cluster < 0) return kStream;
   if (cluster > 0) return kCluster;
@@ -256,6 +285,29 @@ int filter_cluster(const DevInfo& d, int B, int V, int cluster) {
   if (S > fs::kMaxCluster) S = fs::kMaxCluster;
   if (S < 1) S = 1;
   return S;
+}
+
+// CTAs per row of the two-pass kernel: forced (cluster = 3000 + S) or automatic: the most CTAs
+// per row (at most one per 32768 tokens, at most 8: the portable cluster size) for which all B
+// clusters are resident at once; 1 where no S > 1 is. H200 (results/sampling_twopass_h200.json,
+// B=64 k=50): V=32000 S=1 11.9 us, S=2 13.0; V=128256 S=1 21.5, S=2 20.7; V=151936 24.9 / 22.9.
+int twopass_cluster(const DevInfo& d, int B, int V, int cluster) {
+  int S = 1;
+  if (cluster > 3000) {
+    S = cluster - 3000;
+  } else {
+    const int s_use = (V + 32767) / 32768;
+    for (int s = 2; s <= fs::kMaxCluster && s <= s_use; ++s)
+      if (B <= d.tp_clusters[s]) S = s;
+  }
+  if (S > fs::kMaxCluster) S = fs::kMaxCluster;
+  if (S < 1) S = 1;
+  return S;
+}
+
+template <int DT>
+void launch_twopass(const fs::Params& p, int S, cudaStream_t st) {
+  check_cuda(fs::launch_twopass_rows<DT>(p, S, st), "cudaLaunchKernelEx(twopass)");
 }
 
 template <int DT>
@@ -423,6 +475,14 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
       case fs::kBF16: launch_split<fs::kBF16>(p, d, st); break;
       default: launch_split<fs::kF16>(p, d, st); break;
     }
+  } else if (kind == kTwoPass) {
+    const int S = twopass_cluster(d, B, V, static_cast<int>(cluster));
+    used = 3000 + S;
+    switch (dt) {
+      case fs::kF32: launch_twopass<fs::kF32>(p, S, st); break;
+      case fs::kBF16: launch_twopass<fs::kBF16>(p, S, st); break;
+      default: launch_twopass<fs::kF16>(p, S, st); break;
+    }
   } else if (kind == kFilter) {
     const int S = filter_cluster(d, B, V, static_cast<int>(cluster));
     used = 1000 + S;
@@ -489,6 +549,11 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
     c.chunk = dt == fs::kF32 ? fs::split_chunk<fs::kF32>() : fs::split_chunk<fs::kBF16>();
     c.resident = 0;
     c.smem = static_cast<size_t>(d.split_smem);
+  } else if (kind == kTwoPass) {
+    c.S = twopass_cluster(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(cluster));
+    c.chunk = ((static_cast<int>(V) + c.S - 1) / c.S + 7) & ~7;
+    c.resident = 0;
+    c.smem = fs::kTwoPassSmem;
   } else if (kind == kFilter) {
     c.S = filter_cluster(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(cluster));
     c.chunk = ((static_cast<int>(V) + c.S - 1) / c.S + 7) & ~7;

@@ -163,12 +163,13 @@ def _api(name, src):
 def force_path(request):
     old = S._CLUSTER
     S._CLUSTER = {"auto": 0, "cluster4": 4, "stream": -1, "filter1": 1001, "filter3": 1003,
-                  "split": 2000}[request.param]
+                  "split": 2000, "twopass1": 3001, "twopass3": 3003}[request.param]
     yield request.param
     S._CLUSTER = old
 
 
-@pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter1", "filter3", "split"], indirect=True)
+@pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter1", "filter3", "split", "twopass1",
+                                        "twopass3"], indirect=True)
 @pytest.mark.parametrize("V", [111, 1000])
 @pytest.mark.parametrize("kind", ["peaked", "flat"])
 @pytest.mark.parametrize("src", ["probs", "logits"])
@@ -177,7 +178,8 @@ def test_distribution(case, src, kind, V, force_path):
     """auto: B=4096 rows of V <= 1000 take the streaming kernel for top-k (below the filter kernel's
     token threshold), the cluster kernel otherwise; cluster4: the resident-row cluster kernel (4
     CTAs per row); stream: the streaming kernel; filter1 / filter3: the one-pass filter kernel with
-    1 / 3 CTAs per row (sm_90); split: the split-row kernel (chunks of 8192 tokens, k <= 128)."""
+    1 / 3 CTAs per row (sm_90); split: the split-row kernel (chunks of 8192 tokens, k <= 128);
+    twopass1 / twopass3: the two-pass kernel with 1 / 3 CTAs per row (sm_90)."""
     name, refkw, api, apikw = case
     if force_path != "auto" and "k" not in refkw:
         pytest.skip("same kernel as auto")
@@ -337,7 +339,7 @@ def test_support_odd_sizes(B, V):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("cl", [0, 1001, 1003, 1008, 2000])
+@pytest.mark.parametrize("cl", [0, 1001, 1003, 1008, 2000, 3001, 3003])
 def test_strided_rows_same_tokens(dtype, cl):
     """Rows with a padded stride (and odd alignment) give the same tokens as a contiguous copy, for
     every filter-kernel geometry; adversarial order (ascending rows) forces repeated compactions."""
@@ -513,7 +515,7 @@ def test_kernels_same_tokens_fixed_k(dtype, k):
                 assert torch.equal(fn(), ref), ("stream repeat", order)
             larger = (xf > xf.gather(1, ref[:, None])).sum(1)
             assert bool((larger < k).all()), order
-            for cl in (1001, 1003, 4, 2000):
+            for cl in (1001, 1003, 4, 2000, 3001, 3003):
                 S._CLUSTER = cl
                 got = fn()
                 if cl == 4 and order == "joint" and k > 256:
@@ -534,9 +536,12 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
     candidate per lane, a few lanes holding several of the top tokens (they re-read their tokens),
     hundreds of such lanes and a constant row (too many re-reads: the stage loop from the
     pre-pass's bound), fewer than k tokens above the floor (no bound: the stage loop from 0), NaN
-    and +inf entries, an ascending row. Rows are 16-byte aligned, so lane t of a CTA holds the
-    tokens (u * 512 + t) * 4 + j (fp32) or (u * 512 + t) * 8 + j (16-bit) of its slice. The
-    tokens must equal the streaming and cluster kernels' for 1, 2 and 4 CTAs per row."""
+    and +inf entries, an ascending row, a row inside one 11-bit key bin. Rows are 16-byte aligned,
+    so lane t of a CTA holds the tokens (u * 512 + t) * 4 + j (fp32) or (u * 512 + t) * 8 + j
+    (16-bit) of its slice. The two-pass kernel (3000 + S) partitions slices the same way and bounds
+    them by the same lane maxima (k <= 64), and its radix path takes the rest (k = 128, the constant
+    and one-bin rows: more digits, ties). The tokens must equal the streaming kernel's for the
+    filter kernel (1, 2, 4 CTAs per row), the cluster kernel and the two-pass kernel (1, 2, 4)."""
     if src == "probs" and dtype != torch.float32:
         pytest.skip("probs are fp32")
     B, V = 10, 32768
@@ -559,6 +564,9 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
     lg[5, torch.randperm(V, generator=gen, device=DEV)[:3]] = float("inf")
     lg[6] = torch.sort(lg[6]).values
     lg[7, ::2] = lg[7, 1::2]  # pairs of equal values in one lane
+    # values within 1e-3 of 1: one 11-bit key bin holds the whole row (the two-pass kernel's radix
+    # path counts the next digits; bf16 rounds the row to a constant: ties)
+    lg[9] = 1.0 + 1e-4 * torch.randn(V, generator=gen, device=DEV)
     if src == "logits":
         x = lg.to(dtype)
         fn = lambda: S.top_k_top_p_sampling_from_logits(x, k, 0.9, seed=3, offset=1, filter_apply_order=order)
@@ -579,7 +587,7 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
         larger = (xf > xf.gather(1, ref[:, None])).sum(1)
         assert bool((larger < k).all())
         assert not bool(torch.isnan(x.float().gather(1, ref[:, None])).any())  # never a NaN entry
-        for cl in (1001, 1002, 1004, 4):
+        for cl in (1001, 1002, 1004, 4, 3001, 3002, 3004):
             S._CLUSTER = cl
             got = fn()
             assert torch.equal(got, ref), (cl, (got != ref).nonzero().flatten().tolist())
@@ -727,7 +735,7 @@ def test_same_seed_offset_same_tokens():
     assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=st, offset=ot))
     old = S._CLUSTER
     try:
-        for cl in (-1, 1, 2, 5, 8, 1000, 1001, 1003, 1008, 2000):
+        for cl in (-1, 1, 2, 5, 8, 1000, 1001, 1003, 1008, 2000, 3000, 3002, 3008):
             S._CLUSTER = cl
             assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=42, offset=7)), cl
     finally:

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""The two-pass top-k kernel (twopass.cuh, knob 3000 + S) beside the launch policy and FlashInfer's
+cake sampler on the H200: top-k+top-p (k=50 unless stated, per-row top_k, top_p=0.9) from fp32
+probs, fp32 logits (top_k_first) and joint, device time from CUDA graphs over 4 inputs (median of
+3), plus token-identity checks of the two-pass kernel against the streaming kernel
+(sampling_ab.identity_checks). JSON to --out/sampling_twopass_h200.json.
+
+Usage: python benchmarks/sampling_twopass.py [--out DIR] [--quick] [--skip-identity]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+# (B, V, k, kind, knobs): 0 = the launch policy, 3000 = the two-pass kernel with the automatic S,
+# 3000 + S forced, 1000 + S the filter kernel
+POINTS = []
+for V in (32000, 128256, 151936):
+    for B in (1, 16, 64, 128, 256, 512):
+        knobs = [0, 3000]
+        if B in (1, 16):
+            knobs += [3004, 3008]
+        if B == 64:
+            knobs += [3001, 3002, 3004]
+        if B == 128:
+            knobs += [3001, 1001]
+        POINTS.append((B, V, 50, "peaked", tuple(knobs)))
+POINTS += [(B, 128256, 50, "flat", (0, 3000)) for B in (1, 64, 512)]
+POINTS += [(B, 128256, k, "peaked", (0, 3000)) for B, k in ((64, 64), (64, 65), (64, 100), (64, 128), (64, 2048),
+                                                                 (256, 2048), (512, 2048), (512, 100))]
+QUICK = [pt for pt in POINTS if pt[0] in (1, 64, 512) and pt[1] == 128256]
+# profiling builds (-DFIB_SAMPLING_PROFILE): phase times of row 0 / rank 0, us since kernel entry
+PROFILE = [(1, 128256, 50, 3004), (1, 128256, 50, 3008), (16, 128256, 50, 3004), (64, 128256, 50, 3002),
+           (64, 128256, 50, 3001), (128, 128256, 50, 3001), (512, 128256, 50, 3001), (64, 32000, 50, 3002),
+           (64, 128256, 2048, 3002), (64, 128256, 128, 3002), (512, 128256, 2048, 3001)]
+PROF_NAMES = ["pass1", "candidates", "radix_path", "local_cut", "cluster_sync", "merged", "sorted", "end"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-identity", action="store_true")
+    ap.add_argument("--no-cake", action="store_true")
+    args = ap.parse_args()
+
+    import torch
+
+    from sampling import FI, graph_time, make_inputs, run_meta  # noqa: E402
+    from sampling_ab import identity_checks, knob  # noqa: E402
+
+    from fib_runtime.kernels import sampling as S
+
+    def log(m):
+        print(m, flush=True)
+
+    if not args.no_cake:
+        FI.load()
+    dev = "cuda"
+    seed_t = torch.tensor([1234], dtype=torch.int64, device=dev)
+    off_t = torch.tensor([0], dtype=torch.int64, device=dev)
+    res = {"meta": run_meta(), "timing": [], "identity": []}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from fib_runtime.kernels import loader
+
+    mod = loader.load_family("sampling")
+    if hasattr(mod, "prof_read"):
+        res["profile"] = []
+        for B, V, k, cl in PROFILE:
+            for kind in ("peaked", "flat"):
+                x = torch.softmax(make_inputs(B, V, kind, n=1)[0], -1)
+                kt = torch.full((B,), k, dtype=torch.int32, device=dev)
+                for _ in range(3):
+                    knob(cl, lambda: S.top_k_top_p_sampling_from_probs(x, kt, 0.9, seed=1, offset=0))
+                f = [int(v) for v in str(mod.prof_read()).split(",")]
+                r = {"B": B, "V": V, "k": k, "knob": cl, "kind": kind}
+                r.update({nm: round(f[i] / 1e3, 2) for i, nm in enumerate(PROF_NAMES)})
+                # slots 12 / 13 / 14: seed_tau done, re-reading lanes counted, warp 0's appends done;
+                # slot 10: the re-reading lanes (raw)
+                r.update({"seeded": round(f[20 + 12] / 1e3, 2), "counted": round(f[20 + 13] / 1e3, 2),
+                          "appended_w0": round(f[20 + 14] / 1e3, 2), "reread_lanes": f[9]})
+                res["profile"].append(r)
+                log("profile " + json.dumps(r))
+        (out / "sampling_twopass_profile_h200.json").write_text(json.dumps(res, indent=1))
+        return
+
+    def save():
+        (out / "sampling_twopass_h200.json").write_text(json.dumps(res, indent=1))
+
+    for B, V, k, kind, knobs in (QUICK if args.quick else POINTS):
+        lgs = make_inputs(B, V, kind)
+        prs = [torch.softmax(x, -1) for x in lgs]
+        kt = torch.full((B,), k, dtype=torch.int32, device=dev)
+        pt = torch.full((B,), 0.9, device=dev)
+        outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
+        r = {"B": B, "V": V, "k": k, "kind": kind}
+        for cl in knobs:
+            r[f"probs_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
+                prs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
+            if cl in (0, 3000):
+                r[f"logits_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(
+                    lgs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
+                r[f"joint_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(
+                    lgs[i], kt, pt, filter_apply_order="joint", seed=seed_t, offset=off_t, out=outs[i]))
+                    for i in range(4)]))
+                r[f"used_{cl}"] = knob(cl, lambda: S._launch_config(B, V, 0, cl))
+        if not args.no_cake and FI.ok and k <= 1024:
+            r["cake"] = graph_time([(lambda i=i: FI.cake.top_k_top_p_sampling_from_probs(
+                prs[i], kt, pt, top_k_max=k, philox_seed=1234, philox_offset=0)) for i in range(4)])
+        res["timing"].append(r)
+        log("time " + json.dumps({a: (round(b, 2) if isinstance(b, float) else b) for a, b in r.items()}))
+        save()
+        del lgs, prs
+        torch.cuda.empty_cache()
+    if not args.skip_identity:
+        res["identity"] = identity_checks(log, knobs=(3000, 3001, 3002, 3003, 3008))
+        save()
+    # table: probs / logits / joint, policy vs two-pass (auto S), cake
+    print("\n| B | V | k | kind | policy probs | twopass probs | cake | tp/cake | policy logits | twopass logits |"
+          " policy joint | twopass joint | forced |")
+    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in res["timing"]:
+        c = r.get("cake")
+        forced = ", ".join(f"{a[6:]}: {b:.1f}" for a, b in r.items() if a.startswith("probs_") and a not in
+                           ("probs_0", "probs_3000"))
+        print(f"| {r['B']} | {r['V']} | {r['k']} | {r['kind']} | {r['probs_0']:.1f} | {r['probs_3000']:.1f} | "
+              f"{c:.1f} | {r['probs_3000'] / c:.2f} | " if c else
+              f"| {r['B']} | {r['V']} | {r['k']} | {r['kind']} | {r['probs_0']:.1f} | {r['probs_3000']:.1f} | – | – | ",
+              end="")
+        print(f"{r['logits_0']:.1f} | {r['logits_3000']:.1f} | {r['joint_0']:.1f} | {r['joint_3000']:.1f} | {forced} |")
+
+
+if __name__ == "__main__":
+    main()

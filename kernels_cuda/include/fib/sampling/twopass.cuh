@@ -1,0 +1,671 @@
+// fib-runtime sampling: two-pass top-k sampler for small k (sm_90: thread-block clusters).
+//
+// For top-k sampling with k <= kSeedMaxK (128) the filter kernel's one-pass loop (a threshold that
+// rises stage by stage, a block barrier per 16 KB stage) costs more than reading the slice twice
+// where the second read comes from L2: H200, B=64 V=128256 k=50, the filter kernel 29.3 us, cake's
+// two-pass stage 1 17.8. This kernel:
+//  1. S CTAs (a cluster) split the row. Each thread streams its 16-byte vectors of the slice with
+//     kTpVecs register loads always in flight (a slot is refilled before its values are used; the
+//     kernel runs one CTA of 512 threads per SM, so it has 128 registers to hold them) and keeps
+//     only its largest value with its index, its second largest value, and the joint sums.
+//  2. seed_tau over the 512 lane maxima bounds the slice's k-th largest from below (the lane maxima
+//     at or above the bound are k distinct tokens). A lane whose second value is below the bound
+//     holds at most one token at or above it, its maximum, and appends it without reading again;
+//     each lane with two or more (about k^2 / 1024 lanes of a random slice) has its tokens read
+//     again from L2 by its whole warp (one vector per lane, so one round trip per 32 vectors).
+//     The buffer then holds every token of the slice at or above the bound (>= k of them).
+//     Where the bound is no bound (fewer than k positive / finite tokens) or too many lanes would
+//     read again (tied or structured rows), the CTA finds its slice's exact k-th largest composite
+//     by a radix select over the slice read from global memory (kth_prefix over SliceSet) and
+//     gathers the tokens at or above it: exact for any row, a few more passes over the slice.
+//     Rows with k > kSeedMaxK take that path too.
+//  3. The merge and the tail are the filter kernel's: each set cut to at most Pk when it does not
+//     fit its place, pushed whole into rank 0 over DSMEM, selected and sorted there, then min-p,
+//     exact top-p on integer prefix sums in either order, one Philox draw: the same token as the
+//     filter, streaming and cluster kernels for the same inputs, seed and offset.
+// Composites, the tie rule and the NaN rules are the filter kernel's (filter.cuh).
+#pragma once
+#include "fib/sampling/filter.cuh"
+
+namespace fib {
+namespace sampling {
+
+#ifndef FIB_TWOPASS_VECS  // 16-byte loads in flight per thread in the first pass
+#define FIB_TWOPASS_VECS 8
+#endif
+constexpr int kTpVecs = FIB_TWOPASS_VECS;
+#ifndef FIB_TWOPASS_SEED_MAX_K  // rows with k up to this take the lane-maxima bound (<= kSeedMaxK)
+#define FIB_TWOPASS_SEED_MAX_K 64
+#endif
+constexpr int kTpSeedMaxK = FIB_TWOPASS_SEED_MAX_K;
+// the filter kernel's layout: a 40 KB area where the other ranks push their sets, then the
+// 8192-entry candidate buffer (and >= 64 KB for the general algorithm's histograms)
+constexpr size_t kTwoPassSmem = kFilterSmem;
+// the candidate buffer's entries; past them, the radix path's histogram (2048 u32), so that the
+// push area stays free for the other ranks from the kernel's start
+constexpr int kTpCap = kFilterCap - kBins / 2;
+constexpr int kTpReread = 4;  // loads in flight per lane when a warp reads its lanes again
+static_assert(kTpCap >= kFilterMaxK + kThreads, "the buffer holds a slice's top-k and one entry per lane");
+
+// The loads: ld_first for the first pass, ld_again for the passes that read the slice again
+// (FIB_TWOPASS_LD: 0 ld.global.nc for both; 1 the first pass with an L2 evict_last policy and the
+// later ones evict_first; 2 ld.global.cg (L2 only) for both)
+#ifndef FIB_TWOPASS_LD
+#define FIB_TWOPASS_LD 0
+#endif
+__device__ __forceinline__ uint4 ld_first(const uint4* a) {
+#if FIB_TWOPASS_LD == 1
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(a), "l"(pol));
+  return r;
+#elif FIB_TWOPASS_LD == 2
+  return __ldcg(a);
+#else
+  return __ldg(a);
+#endif
+}
+__device__ __forceinline__ uint4 ld_again(const uint4* a) {
+#if FIB_TWOPASS_LD == 1
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(a), "l"(pol));
+  return r;
+#elif FIB_TWOPASS_LD == 2
+  return __ldcg(a);
+#else
+  return __ldg(a);
+#endif
+}
+
+// one 16-byte vector -> its 4 (fp32) or 8 (16-bit) values
+template <int DT>
+__device__ __forceinline__ void unpack_vec(const uint4 u, float (&x)[16 / ((DT == kF32) ? 4 : 2)]) {
+  const uint32_t w4[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (DT == kF32) {
+      x[j] = __uint_as_float(w4[j]);
+    } else if constexpr (DT == kBF16) {
+      x[2 * j] = __uint_as_float(w4[j] << 16);
+      x[2 * j + 1] = __uint_as_float(w4[j] & 0xffff0000u);
+    } else {
+      x[2 * j] = __half2float(__ushort_as_half(static_cast<unsigned short>(w4[j] & 0xffffu)));
+      x[2 * j + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w4[j] >> 16)));
+    }
+  }
+}
+
+// Appends the entries v of the lanes where `keep` holds to buf at one shared atomic per warp (all lanes).
+__device__ __forceinline__ void warp_append1(bool keep, uint64_t v, uint64_t* buf, int* cnt) {
+  const int lane = threadIdx.x & 31;
+  const unsigned m = __ballot_sync(0xffffffffu, keep);
+  if (m) {
+    int base = 0;
+    if (lane == __ffs(m) - 1) base = atomicAdd(cnt, __popc(m));
+    base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
+    if (keep) buf[base + __popc(m & ((1u << lane) - 1u))] = v;
+  }
+}
+
+// The composites of every token of a slice, read from global memory (the exact path's radix select
+// and gather): body vectors g = tid, tid + kThreads, ... then the unaligned head and tail tokens;
+// warp-uniform trip counts (valid = false past the end), so f may use warp votes.
+template <int DT>
+struct SliceSet {
+  const char* in_row;  // the slice's first token
+  const char* body;    // its 16-byte aligned body (nv vectors, starting at token `head`)
+  int nv, head, tail0, extra;
+  uint32_t start;  // the slice's first index in the row
+  bool logits;
+  __device__ __forceinline__ uint64_t comp(float x, int i) const {
+    return (static_cast<uint64_t>(f2key(sanitize(x, logits))) << 32) | (0xffffffffu - (start + static_cast<uint32_t>(i)));
+  }
+  template <class F>
+  __device__ __forceinline__ void each(F&& f) const {
+    constexpr int TPV = 16 / ((DT == kF32) ? 4 : 2);
+    for (int b = 0; b < nv; b += kTpVecs * kThreads) {  // kTpVecs loads in flight per thread
+      uint4 r[kTpVecs];
+#pragma unroll
+      for (int d = 0; d < kTpVecs; ++d) {
+        const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
+        r[d] = g < nv ? ld_again(reinterpret_cast<const uint4*>(body) + g) : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int d = 0; d < kTpVecs; ++d) {
+        const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
+        const bool ok = g < nv;
+        float x[TPV];
+        unpack_vec<DT>(r[d], x);
+#pragma unroll
+        for (int j = 0; j < TPV; ++j) f(ok ? comp(x[j], head + g * TPV + j) : 0ull, ok);
+      }
+    }
+    for (int e0 = 0; e0 < extra; e0 += kThreads) {
+      const int e = e0 + static_cast<int>(threadIdx.x);
+      const bool ok = e < extra;
+      const int i = e < head ? e : tail0 + (e - head);
+      f(ok ? comp(load_elem<DT>(in_row, i), i) : 0ull, ok);
+    }
+  }
+  // Appends every composite v of the slice with keep(v) to buf (count in *cnt): per batch of
+  // kTpVecs vectors one warp scan of the threads' counts and one shared atomic per warp (a
+  // ballot and an atomic per token slot put ~30K atomics on *cnt where thousands pass: H200,
+  // 24 us for one pass over a 256 KB slice). All threads.
+  template <class K>
+  __device__ __forceinline__ void gather(K&& keep, uint64_t* buf, int* cnt) const {
+    constexpr int TPV = 16 / ((DT == kF32) ? 4 : 2);
+    static_assert(kTpVecs * TPV <= 64, "one 64-bit mask per batch");
+    const int lane = threadIdx.x & 31;
+    for (int b = 0; b < nv; b += kTpVecs * kThreads) {
+      uint4 r[kTpVecs];
+#pragma unroll
+      for (int d = 0; d < kTpVecs; ++d) {
+        const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
+        r[d] = g < nv ? ld_again(reinterpret_cast<const uint4*>(body) + g) : make_uint4(0u, 0u, 0u, 0u);
+      }
+      uint64_t bits = 0ull;
+#pragma unroll
+      for (int d = 0; d < kTpVecs; ++d) {
+        const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
+        float x[TPV];
+        unpack_vec<DT>(r[d], x);
+#pragma unroll
+        for (int j = 0; j < TPV; ++j)
+          if (g < nv && keep(comp(x[j], head + g * TPV + j))) bits |= 1ull << (d * TPV + j);
+      }
+      const int c = __popcll(bits);
+      int inc = c;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int t = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += t;
+      }
+      const int wtot = __shfl_sync(0xffffffffu, inc, 31);
+      if (wtot == 0) continue;
+      int base = 0;
+      if (lane == 31) base = atomicAdd(cnt, wtot);
+      base = __shfl_sync(0xffffffffu, base, 31) + inc - c;
+#pragma unroll
+      for (int d = 0; d < kTpVecs; ++d) {  // (static indices: r stays in registers)
+        const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
+        float x[TPV];
+        unpack_vec<DT>(r[d], x);
+#pragma unroll
+        for (int j = 0; j < TPV; ++j)
+          if ((bits >> (d * TPV + j)) & 1ull) buf[base++] = comp(x[j], head + g * TPV + j);
+      }
+    }
+    for (int e0 = 0; e0 < extra; e0 += kThreads) {
+      const int e = e0 + static_cast<int>(threadIdx.x);
+      const bool ok = e < extra;
+      const int i = e < head ? e : tail0 + (e - head);
+      const uint64_t v = ok ? comp(load_elem<DT>(in_row, i), i) : 0ull;
+      warp_append1(ok && keep(v), v, buf, cnt);
+    }
+  }
+};
+
+// seed_tau (filter.cuh) with the ranking of the kSeedMaxK lane maxima spread over all threads:
+// 4 lanes per value, each counting a quarter of the others (32 compares instead of 128, summed by
+// two shuffles). The same bound. All threads; two block barriers.
+__device__ uint64_t seed_tau4(float m, int k, bool logits, SelectSmem& sm) {
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+#pragma unroll
+  for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      const float o = __shfl_xor_sync(0xffffffffu, m, stride);
+      m = (((lane & stride) == 0) == ((lane & size) == 0)) ? fmaxf(m, o) : fminf(m, o);
+    }
+  }
+  float* vals = reinterpret_cast<float*>(sm.hist[0]);
+  static_assert(kSeedMaxK * 4 == kThreads, "seed_tau4: four lanes per value");
+  if (lane < kSeedLanes) vals[wid * kSeedLanes + lane] = m;
+  __syncthreads();
+  const int vi = tid >> 2, h = tid & 3;
+  const float v = vals[vi];
+  int r = 0;
+#pragma unroll 8
+  for (int j = h * (kSeedMaxK / 4); j < (h + 1) * (kSeedMaxK / 4); ++j) {
+    const float o = vals[j];
+    r += (o > v || (o == v && j < vi)) ? 1 : 0;
+  }
+  r += __shfl_xor_sync(0xffffffffu, r, 1);
+  r += __shfl_xor_sync(0xffffffffu, r, 2);
+  if (h == 0 && r == k - 1) sm.hist[1][0] = __float_as_uint(v);
+  __syncthreads();
+  const float t = __uint_as_float(sm.hist[1][0]);
+  if (!(t > (logits ? -INFINITY : 0.0f))) return 0ull;
+  return static_cast<uint64_t>(f2key(t)) << 32;
+}
+
+// The highest bin b of hist[0..nb) (nb = 2048 or 1024: nb / kThreads bins per thread) with at
+// least k entries in bins >= b (1 <= k <= the histogram's total); *above gets the entries in bins
+// above b, *cb hist[b]. All threads; ends with a barrier.
+__device__ __forceinline__ int hist_kth_bin(const uint32_t* hist, int nb, uint32_t k, uint64_t* scratch, int* s_res,
+                                            uint32_t* above, uint32_t* cb) {
+  const int tid = threadIdx.x;
+  const int per = nb / kThreads;  // (2 or 4)
+  uint32_t c[4];
+  uint32_t t = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    c[j] = j < per ? hist[tid * per + j] : 0u;
+    t += c[j];
+  }
+  uint64_t tot = 0;
+  const uint64_t ex = block_excl_scan_u64(t, scratch, &tot);
+  uint32_t ab = static_cast<uint32_t>(tot - ex - t);  // entries in the bins of higher threads
+#pragma unroll
+  for (int j = 3; j >= 0; --j) {
+    if (j < per) {
+      if (ab < k && k <= ab + c[j]) {
+        s_res[0] = tid * per + j;
+        s_res[1] = static_cast<int>(ab);
+        s_res[2] = static_cast<int>(c[j]);
+      }
+      ab += c[j];
+    }
+  }
+  __syncthreads();
+  const int b = s_res[0];
+  *above = static_cast<uint32_t>(s_res[1]);
+  *cb = static_cast<uint32_t>(s_res[2]);
+  __syncthreads();  // (s_res is read by every thread before a later call rewrites it)
+  return b;
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads, 1) twopass_kernel(const Params p) {
+  extern __shared__ __align__(128) unsigned char dsm[];
+#if FIB_HAS_CLUSTER
+  constexpr int ESIZE = (DT == kF32) ? 4 : 2;
+  constexpr int TPV = 16 / ESIZE;  // tokens per vector
+  constexpr int PD = kTpVecs;
+  const int row = blockIdx.y;
+  const uint32_t rank = cl_rank(), S = cl_size();
+  FIB_PROF(0);
+  const int V = p.V;
+  const int tid = threadIdx.x, lane = tid & 31;
+
+  // slice of the row, its 16-byte aligned body and the unaligned head / tail tokens (as in the
+  // filter kernel); thread tid reads the body's vectors u * kThreads + tid, u < nvt
+  const int64_t start = static_cast<int64_t>(rank) * p.chunk;
+  const int64_t n_rem = static_cast<int64_t>(V) - start;
+  const int n = n_rem <= 0 ? 0 : static_cast<int>(n_rem < p.chunk ? n_rem : p.chunk);
+  const char* in_row = reinterpret_cast<const char*>(p.in) + (static_cast<int64_t>(row) * p.in_stride + start) * ESIZE;
+  const uintptr_t a0 = reinterpret_cast<uintptr_t>(in_row);
+  int head = static_cast<int>(((16 - (a0 & 15)) & 15) / ESIZE);
+  if (head > n) head = n;
+  const int nv = ((n - head) * ESIZE) / 16;
+  const int tail0 = head + nv * TPV;
+  const int extra = head + (n - tail0);
+  const char* body = in_row + static_cast<int64_t>(head) * ESIZE;
+  const int nvt = (nv + kThreads - 1) / kThreads;  // (block-uniform)
+  auto ldv = [&](int u) -> uint4 {
+    const int g = u * kThreads + tid;
+    return g < nv ? ld_first(reinterpret_cast<const uint4*>(body) + g) : make_uint4(0u, 0u, 0u, 0u);
+  };
+  // the first pass's loads go out before the row's parameters are read (global loads too)
+  uint4 q[PD];
+#pragma unroll
+  for (int d = 0; d < PD; ++d) q[d] = ldv(d);
+
+  const bool logits = p.is_logits != 0;
+  const int k = row_top_k(p, row);
+  const float T = logits ? (p.temp_arr ? p.temp_arr[row] : p.temp_val) : 1.0f;
+  if (!(k > 0 && k < V && k <= kFilterMaxK) || (logits && !(T > 0.0f))) {
+    sample_row<DT>(p, dsm, row, rank, S, p.chunk, false);  // general algorithm over the cluster
+    return;
+  }
+  const RowFilters rf = row_filters(p, row, logits, T);
+  const float tp = rf.tp, mp = rf.mp, scale = rf.scale;
+  const bool use_p = rf.use_p, use_m = rf.use_m, joint = rf.joint;
+
+  unsigned char* ring = dsm;  // (the merge: the other ranks' sets land here in rank 0)
+  uint64_t* buf = reinterpret_cast<uint64_t*>(dsm + kFilterRingBytes);
+  __shared__ SelectSmem ssel;
+  __shared__ uint64_t s_tot;
+  __shared__ uint64_t s_scratch[kWarps];
+  __shared__ int s_cnt, s_new;
+  __shared__ int s_res[3];
+  __shared__ float s_jm[kWarps];
+  __shared__ double s_js[kWarps];
+  __shared__ float s_cm;
+  __shared__ double s_cs;
+  __shared__ int s_rcnt[kMaxCluster];
+  __shared__ float s_rcm[kMaxCluster];
+  __shared__ double s_rcs[kMaxCluster];
+  // rows with k > kSeedMaxK: the first pass counts the keys' top 11 bits into this histogram (past
+  // the buffer's kTpCap entries)
+  uint32_t* hist = reinterpret_cast<uint32_t*>(buf + kTpCap);
+  const bool seeded = k <= kTpSeedMaxK;
+  if (!seeded) {
+#pragma unroll
+    for (int j = 0; j < kBins / kThreads; ++j) hist[j * kThreads + tid] = 0u;
+  }
+  if (tid == 0) s_cnt = 0;
+  __syncthreads();
+  // the other ranks write into rank 0's shared memory only after it has started: this arrive, the
+  // wait before the merge (an arrive that publishes nothing: relaxed, no wait for the loads in flight)
+  if (S > 1) cl_arrive_relaxed();
+
+  const SliceSet<DT> set{in_row, body, nv, head, tail0, extra, static_cast<uint32_t>(start), logits};
+  float jm = -INFINITY;  // joint: per-thread online max / sum (logits) or sum (probs)
+  float js = 0.0f;
+  auto joint_add = [&](const float* x, int cnt) {
+    if (logits) {
+      float m = jm;
+      for (int j = 0; j < cnt; ++j) m = fmaxf(m, x[j]);  // fmaxf drops NaN
+      if (m > jm) {
+        js = (jm == -INFINITY) ? 0.0f : js * exp2f(__fmul_rn(__fsub_rn(jm, m), scale));
+        jm = m;
+      }
+      if (jm == INFINITY) {
+        for (int j = 0; j < cnt; ++j) js += x[j] == INFINITY ? 1.0f : 0.0f;
+      } else if (jm != -INFINITY) {
+        for (int j = 0; j < cnt; ++j) js += exp2_ftz(__fmul_rn(__fsub_rn(fmaxf(x[j], -INFINITY), jm), scale));
+      }
+    } else {
+      for (int j = 0; j < cnt; ++j) js += fmaxf(x[j], 0.0f);
+    }
+  };
+
+  // the unaligned head and tail tokens (< 16 bytes each) go into the buffer as they are
+  for (int e0 = 0; e0 < extra; e0 += kThreads) {  // (block-uniform trip count)
+    const int e = e0 + tid;
+    const bool ok = e < extra;
+    const int i = e < head ? e : tail0 + (e - head);
+    const float x = ok ? load_elem<DT>(in_row, i) : 0.0f;
+    if (joint && ok) joint_add(&x, 1);
+    if (seeded) {
+      warp_append1(ok, set.comp(x, i), buf, &s_cnt);
+    } else if (ok) {
+      atomicAdd(&hist[f2key(sanitize(x, logits)) >> 21], 1u);
+    }
+  }
+
+  // ---- pass 1: lane maxima (with index) and second maxima (rows with k <= kSeedMaxK) or the
+  // histogram of the keys' top 11 bits (larger k), and the joint sums
+  float m1 = -INFINITY, m2 = -INFINITY;  // (NaN never enters: every compare with it is false)
+  int i1 = 0;
+  auto pass1 = [&](auto&& per_vec) {
+    for (int u0 = 0; u0 < nvt; u0 += PD) {
+#pragma unroll
+      for (int d = 0; d < PD; ++d) {
+        const int u = u0 + d;
+        const uint4 r = q[d];
+        q[d] = ldv(u + PD);  // (the slot refilled before its values are used)
+        const int g = u * kThreads + tid;
+        if (g < nv) {
+          float x[TPV];
+          unpack_vec<DT>(r, x);
+          if (joint) joint_add(x, TPV);
+          per_vec(x, head + g * TPV);
+        }
+      }
+    }
+  };
+  if (seeded) {
+    pass1([&](const float (&x)[TPV], int ib) {
+#pragma unroll
+      for (int j = 0; j < TPV; ++j) {
+        const float xv = x[j];
+        const bool top = xv > m1;
+        m2 = top ? m1 : fmaxf(m2, xv);
+        i1 = top ? ib + j : i1;
+        m1 = top ? xv : m1;
+      }
+    });
+  } else {
+    pass1([&](const float (&x)[TPV], int) {
+#pragma unroll
+      for (int j = 0; j < TPV; ++j) atomicAdd(&hist[f2key(sanitize(x[j], logits)) >> 21], 1u);
+    });
+  }
+  FIB_PROF(1);
+
+  // ---- the candidates: every token of the slice at or above the bound
+  bool fast = false;
+  if (seeded) {
+    const uint64_t tau0 = seed_tau4(m1, k, logits, ssel);
+    FIB_PROF(12);
+    const float tf0 = key2f(static_cast<uint32_t>(tau0 >> 32));
+    const bool rr = tau0 != 0ull && m2 >= tf0;  // (m2 = -inf where a lane has < 2 tokens)
+    const int nrr = __syncthreads_count(rr);
+    FIB_PROF(13);
+#ifdef FIB_SAMPLING_PROFILE
+    if (blockIdx.y == 0 && rank == 0 && tid == 0) g_fib_prof[10] = static_cast<unsigned long long>(nrr);
+#endif
+    fast = tau0 != 0ull && nrr * nvt * TPV + kThreads + extra <= kTpCap;
+    if (fast) {
+      warp_append1(!rr && m1 >= tf0, set.comp(m1, i1), buf, &s_cnt);
+      // lanes with two or more: their warp reads all their vectors again at once (vector u of the
+      // j-th such lane is entry j * nvt + u of the warp's list; kTpReread loads in flight per lane)
+      const unsigned rrm = __ballot_sync(0xffffffffu, rr);
+      const int tot = __popc(rrm) * nvt;
+      for (int i0 = 0; i0 < tot; i0 += 32 * kTpReread) {  // (warp-uniform)
+        uint4 r[kTpReread];
+        int g[kTpReread];
+#pragma unroll
+        for (int c = 0; c < kTpReread; ++c) {
+          const int i = i0 + c * 32 + lane;
+          g[c] = nv;
+          if (i < tot) {
+            const int jl = i / nvt, u = i - jl * nvt;
+            g[c] = u * kThreads + ((tid & ~31) | static_cast<int>(__fns(rrm, 0u, jl + 1)));
+          }
+          r[c] = g[c] < nv ? ld_again(reinterpret_cast<const uint4*>(body) + g[c]) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int c = 0; c < kTpReread; ++c) {
+          float x[TPV];
+          unpack_vec<DT>(r[c], x);
+          const bool ok = g[c] < nv;
+#pragma unroll
+          for (int j = 0; j < TPV; ++j)
+            warp_append1(ok && x[j] >= tf0, set.comp(x[j], head + g[c] * TPV + j), buf, &s_cnt);
+        }
+      }
+      FIB_PROF(14);
+      __syncthreads();
+    }
+  }
+  FIB_PROF(2);
+  if (!fast) {
+    // the radix path: the k-th largest key's bin from the histogram (built by the first pass, or
+    // now from the slice: rows with the seed whose bound did not hold), then every token in that
+    // bin or above when they fit the buffer (the usual case); else the next 11 / 10 key bits of
+    // that bin are counted in one more pass, and so on. A slice whose k-th largest key is shared
+    // by more tokens than the buffer holds (ties) takes the exact radix select over composites.
+    // Passes after the first read the slice again (L2 where it still holds it).
+    __syncthreads();
+    if (tid == 0) s_cnt = 0;
+    if (seeded && n > k) {
+#pragma unroll
+      for (int j = 0; j < kBins / kThreads; ++j) hist[j * kThreads + tid] = 0u;
+      __syncthreads();
+      set.each([&](uint64_t v, bool ok) {
+        if (ok) atomicAdd(&hist[static_cast<uint32_t>(v >> 53)], 1u);
+      });
+    }
+    __syncthreads();
+    if (n <= k) {  // (every token of the slice)
+      set.gather([&](uint64_t) { return true; }, buf, &s_cnt);
+    } else {
+      uint32_t rem = static_cast<uint32_t>(k), above_tot = 0, pfx = 0;
+      int shift = 21, nb = kBins;
+      for (;;) {
+        uint32_t ab = 0, cb = 0;
+        const int b = hist_kth_bin(hist, nb, rem, s_scratch, s_res, &ab, &cb);
+        above_tot += ab;
+        rem -= ab;
+        pfx = (pfx << (nb == kBins ? 11 : 10)) | static_cast<uint32_t>(b);
+        if (above_tot + cb <= static_cast<uint32_t>(kTpCap)) {  // (block-uniform)
+          const int sh = shift;
+          const uint32_t pf = pfx;
+          set.gather([&](uint64_t v) { return (static_cast<uint32_t>(v >> 32) >> sh) >= pf; }, buf, &s_cnt);
+          break;
+        }
+        if (shift == 0) {  // ties: the exact select over composites
+          const uint64_t t = kth_prefix(set, k, ssel);
+          set.gather([&](uint64_t v) { return v >= t; }, buf, &s_cnt);
+          break;
+        }
+        const int w = shift > 11 ? 11 : shift;  // the next digit: bits [shift - w, shift)
+        const int osh = shift;
+        shift -= w;
+        nb = 1 << w;
+        for (int j = tid; j < nb; j += kThreads) hist[j] = 0u;
+        __syncthreads();
+        const int sh = shift;
+        const uint32_t pf = pfx;
+        set.each([&](uint64_t v, bool ok) {
+          const uint32_t key = static_cast<uint32_t>(v >> 32);
+          if (ok && (key >> osh) == pf) atomicAdd(&hist[(key >> sh) & static_cast<uint32_t>(nb - 1)], 1u);
+        });
+        __syncthreads();
+      }
+    }
+    __syncthreads();
+  }
+  FIB_PROF(3);
+
+  int Pk = 32;
+  while (Pk < k) Pk <<= 1;
+  const int direct = max(Pk, kFilterSortDirect);
+  // (from here on the filter kernel's merge and tail)
+  const bool push = static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
+  const int slot = S > 1 ? (kFilterRingBytes / 8) / static_cast<int>(S - 1) : 0;
+  const int keep_max = (S > 1 && push) ? min(slot, kFilterCap - kFilterMaxK) : direct;
+  {
+    const int cnt = s_cnt;
+    if (cnt > keep_max) {
+      Segs sg;
+      sg.seg[0] = buf;
+      sg.cnt[0] = cnt;
+      sg.nseg = 1;
+      const uint64_t t = kth_prefix(sg, k, ssel, min(keep_max, Pk) - k);
+      compact_ge(buf, cnt, t, &s_new);
+      if (tid == 0) s_cnt = s_new;
+    }
+  }
+  FIB_PROF(4);
+  if (joint) {
+    warp_joint_partial(jm, js, logits, scale, s_jm, s_js);
+    __syncthreads();
+    if (tid == 0) s_cs = combine_partials(s_jm, s_js, kWarps, logits, scale, &s_cm);
+  }
+  __syncthreads();
+
+  uint64_t* G = buf;
+  int nc0 = s_cnt;
+  float cm = s_cm;
+  double cs = s_cs;
+  uint64_t* ring64 = reinterpret_cast<uint64_t*>(ring);
+  if (S > 1) {
+    cl_wait();  // (the entry's arrive: every CTA of the cluster has started)
+    FIB_PROF(5);
+    Segs sg;
+    sg.nseg = static_cast<int>(S);
+    if (push) {
+      // rank r > 0 writes its set into slot r - 1 of rank 0's push area (idle in this kernel) with
+      // its count and joint partial: one cluster barrier, no reservation
+      if (rank != 0) {
+        uint64_t* dst = cl_remote(ring64, 0u) + static_cast<int>(rank - 1) * slot;
+        for (int i = tid; i < nc0; i += kThreads) dst[i] = buf[i];
+        if (tid == 0) {
+          *cl_remote(&s_rcnt[rank], 0u) = nc0;
+          *cl_remote(&s_rcm[rank], 0u) = cm;
+          *cl_remote(&s_rcs[rank], 0u) = cs;
+        }
+      }
+      cl_sync();  // the pushed sets are visible in rank 0
+      if (rank != 0) return;
+      sg.seg[0] = buf;
+      sg.cnt[0] = nc0;
+      for (int r = 1; r < kMaxCluster; ++r) {
+        sg.seg[r] = ring64 + (r - 1) * slot;
+        sg.cnt[r] = r < static_cast<int>(S) ? s_rcnt[r] : 0;
+      }
+      if (tid == 0) {
+        s_rcm[0] = cm;
+        s_rcs[0] = cs;
+      }
+      G = buf + nc0;  // (nc0 <= kFilterCap - kFilterMaxK)
+    } else {
+      cl_sync();  // every CTA's set, count and joint partials are final
+      if (rank != 0) {
+        cl_arrive();
+        cl_wait();  // rank 0 reads this CTA's buffer until it arrives
+        return;
+      }
+      for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r) {
+        sg.seg[r] = r < S ? cl_remote(buf, r) : nullptr;
+        sg.cnt[r] = r < S ? *cl_remote(&s_cnt, r) : 0;
+      }
+      if (tid < static_cast<int>(S)) {
+        s_rcm[tid] = *cl_remote(&s_cm, tid);
+        s_rcs[tid] = *cl_remote(&s_cs, tid);
+      }
+      G = ring64;
+    }
+    int total = 0;
+    for (int r = 0; r < sg.nseg; ++r) total += sg.cnt[r];
+    if (tid == 0) s_new = 0;
+    __syncthreads();
+    if (joint) cs = combine_partials(s_rcm, s_rcs, static_cast<int>(S), logits, scale, &cm);
+    const uint64_t t = total <= direct ? 0ull : kth_prefix(sg, k, ssel, Pk - k);
+    sg.each([&](uint64_t v, bool valid) { warp_append1(valid && v >= t, v, G, &s_new); });
+    __syncthreads();
+    nc0 = s_new;
+    if (!push) cl_arrive();  // no remote reads after this point
+  }
+  FIB_PROF(6);
+  int P = 32;
+  while (P < nc0) P <<= 1;
+  for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;
+  __syncthreads();
+  sort_desc_top(G, nc0, min(nc0, k), G + kRankSortMax);
+  nc0 = min(nc0, k);
+  FIB_PROF(7);
+  finish_topk(p, G, nc0, row, logits, T, scale, use_m, mp, use_p, tp, joint, cm, cs, s_scratch, &s_tot);
+  FIB_PROF(8);
+  if (S > 1 && !push) cl_wait();
+#else
+  (void)dsm;
+  (void)p;
+  __trap();  // launched only on sm_90+
+#endif
+}
+
+// Host: launches twopass_kernel<DT> for the p.B rows of p with S CTAs per row (one cluster per
+// row) on stream st, with the filter kernel's slice and fallback layout.
+template <int DT>
+inline cudaError_t launch_twopass_rows(Params p, int S, cudaStream_t st) {
+  int chunk = (p.V + S - 1) / S;
+  p.chunk = (chunk + 7) & ~7;
+  p.resident = 0;
+  p.hist_bytes = 2 * kHistBufBytes;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(S, p.B, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = kTwoPassSmem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = S;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, twopass_kernel<DT>, p);
+}
+
+}  // namespace sampling
+}  // namespace fib
