@@ -32,9 +32,15 @@ for V in (32000, 128256, 151936):
             knobs += [3001, 1001]
         POINTS.append((B, V, 50, "peaked", tuple(knobs)))
 POINTS += [(B, 128256, 50, "flat", (0, 3000)) for B in (1, 64, 512)]
+# bf16 logits ("_bf16": from-logits and joint from bf16, probs from the fp32 softmax)
+POINTS += [(B, V, 50, "peaked_bf16", (0, 3000, 1000)) for B, V in ((64, 128256), (128, 151936), (64, 151936))]
 POINTS += [(B, 128256, k, "peaked", (0, 3000)) for B, k in ((64, 64), (64, 65), (64, 100), (64, 128), (64, 2048),
                                                                  (256, 2048), (512, 2048), (512, 100))]
 QUICK = [pt for pt in POINTS if pt[0] in (1, 64, 512) and pt[1] == 128256]
+# build-against-build runs (--ab): the batches where the two-pass kernel can take the policy's place
+AB = [(B, V, 50, "peaked", (0, 3000)) for V in (32000, 128256, 151936) for B in (64, 128, 256, 512)] + [
+    (B, 128256, k, "peaked", (0, 3000)) for B, k in ((64, 2048), (512, 2048), (64, 100), (64, 128), (64, 256),
+                                                     (512, 100))]
 # profiling builds (-DFIB_SAMPLING_PROFILE): phase times of row 0 / rank 0, us since kernel entry
 PROFILE = [(1, 128256, 50, 3004), (1, 128256, 50, 3008), (16, 128256, 50, 3004), (64, 128256, 50, 3002),
            (64, 128256, 50, 3001), (128, 128256, 50, 3001), (512, 128256, 50, 3001), (64, 32000, 50, 3002),
@@ -46,6 +52,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ab", action="store_true", help="only the AB points (no cake, no identity unless asked)")
+    ap.add_argument("--tag", default="", help="suffix of the JSON file names")
     ap.add_argument("--skip-identity", action="store_true")
     ap.add_argument("--no-cake", action="store_true")
     args = ap.parse_args()
@@ -88,15 +96,17 @@ def main():
                           "appended_w0": round(f[20 + 14] / 1e3, 2), "reread_lanes": f[9]})
                 res["profile"].append(r)
                 log("profile " + json.dumps(r))
-        (out / "sampling_twopass_profile_h200.json").write_text(json.dumps(res, indent=1))
+        (out / f"sampling_twopass_profile{args.tag}_h200.json").write_text(json.dumps(res, indent=1))
         return
 
     def save():
-        (out / "sampling_twopass_h200.json").write_text(json.dumps(res, indent=1))
+        (out / f"sampling_twopass{args.tag}_h200.json").write_text(json.dumps(res, indent=1))
 
-    for B, V, k, kind, knobs in (QUICK if args.quick else POINTS):
-        lgs = make_inputs(B, V, kind)
+    for B, V, k, kind, knobs in (AB if args.ab else QUICK if args.quick else POINTS):
+        lgs = make_inputs(B, V, kind.replace("_bf16", ""))
         prs = [torch.softmax(x, -1) for x in lgs]
+        if kind.endswith("_bf16"):
+            lgs = [x.to(torch.bfloat16) for x in lgs]
         kt = torch.full((B,), k, dtype=torch.int32, device=dev)
         pt = torch.full((B,), 0.9, device=dev)
         outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
@@ -104,7 +114,7 @@ def main():
         for cl in knobs:
             r[f"probs_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
                 prs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
-            if cl in (0, 3000):
+            if cl in (0, 3000) or kind.endswith("_bf16"):
                 r[f"logits_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(
                     lgs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
                 r[f"joint_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(

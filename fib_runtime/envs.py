@@ -140,6 +140,9 @@ _SPECS: Dict[str, _Spec] = {
     "FIB_SAMPLING_FILTER_MIN_TOKENS": _Spec(_float, 6.0e6,
         "Automatic policy: top-k sampling calls of at least this many tokens (B*V, any dtype) "
         "and B >= 48 use the one-pass filter kernel on sm_90 (read once per device by the C++ side)."),
+    "FIB_SAMPLING_TWOPASS_MAX_B": _Spec(_int, 256,
+        "Automatic policy (sm_90): top-k sampling batches from 48 rows up to below this size (and from "
+        "FIB_SAMPLING_FILTER_MIN_TOKENS tokens or FIB_SAMPLING_STREAM_MIN_B rows) use the two-pass kernel."),
     "FIB_SAMPLING_STREAM_MIN_B": _Spec(_int, 96,
         "Below the filter threshold: batches from this size use the streaming kernel, smaller ones the cluster kernel."),
     "FIB_SAMPLING_PLAIN_MIN_B": _Spec(_int, 128,

@@ -59,6 +59,9 @@ struct DevInfo {
   // the two-pass kernel's clusters of S CTAs that can be resident at once (cudaOccupancyMaxActiveClusters;
   // clusters are placed within one GPC, so 8-CTA clusters of one CTA per SM fit fewer than #SMs / 8)
   int tp_clusters[fs::kMaxCluster + 1] = {};
+  // FIB_SAMPLING_TWOPASS_MAX_B: top-k sampling batches below this size (from 48 rows, and from
+  // 6M tokens or FIB_SAMPLING_STREAM_MIN_B rows) run the two-pass kernel (sm_90)
+  int twopass_max_b = 256;
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 using fs::kStreamSmem;
@@ -149,6 +152,7 @@ const DevInfo& dev_info(int dev) {
     if (const char* e = std::getenv("FIB_SAMPLING_STREAM_MIN_B")) d.stream_min_b = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_PLAIN_MIN_B")) d.plain_min_b = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_FILTER_MIN_TOKENS")) d.filter_min_tokens = std::atof(e);
+    if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS_MAX_B")) d.twopass_max_b = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_MIN_K")) d.rej_min_k = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_JOINT_MIN_K")) d.rej_joint_min_k = std::atoi(e);
     prepare_kernel<fs::kF32>(d);
@@ -271,6 +275,11 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, int esize, 
   // through the streaming kernel, V=151936 B=64 33.0 vs 47.9, V=128256 B=64 30.7 vs 34.1; they
   // needed twice the tokens before). FIB_SAMPLING_FILTER_MIN_TOKENS overrides the threshold.
   const double tokens = static_cast<double>(p.B) * static_cast<double>(p.V);
+  // The two-pass kernel (2026-12-03, results/sampling_twopass_h200.json, k=50 from probs): B=64
+  // V=128256 20.6 us against the filter kernel's 29.2, B=128 28.1 vs 38.3, V=32000 B=128 14.1
+  // against the streaming kernel's 27.8; from B=256 the filter kernel is as fast or faster.
+  if (p.B >= 48 && p.B < d.twopass_max_b && (tokens >= d.filter_min_tokens || p.B >= d.stream_min_b))
+    return kTwoPass;
   return (p.B >= 48 && tokens >= d.filter_min_tokens) ? kFilter : legacy;
 }
 

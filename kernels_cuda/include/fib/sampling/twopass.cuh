@@ -1,28 +1,28 @@
-// fib-runtime sampling: two-pass top-k sampler for small k (sm_90: thread-block clusters).
+// fib-runtime sampling: two-pass top-k sampler (sm_90: thread-block clusters).
 //
-// For top-k sampling with k <= kSeedMaxK (128) the filter kernel's one-pass loop (a threshold that
-// rises stage by stage, a block barrier per 16 KB stage) costs more than reading the slice twice
-// where the second read comes from L2: H200, B=64 V=128256 k=50, the filter kernel 29.3 us, cake's
-// two-pass stage 1 17.8. This kernel:
+// For top-k sampling with a small k the filter kernel's one-pass loop (a threshold that rises
+// stage by stage, a block barrier per 16 KB stage, two CTAs per SM under a 64-register cap) costs
+// more than reading the slice twice: H200, B=64 V=128256 k=50, the filter kernel 29.2 us, this
+// kernel 20.6, cake's two-pass stage 1 17.9 (docs/kernels.md, "The two-pass kernel"). This kernel:
 //  1. S CTAs (a cluster) split the row. Each thread streams its 16-byte vectors of the slice with
-//     kTpVecs register loads always in flight (a slot is refilled before its values are used; the
-//     kernel runs one CTA of 512 threads per SM, so it has 128 registers to hold them) and keeps
-//     only its largest value with its index, its second largest value, and the joint sums.
-//  2. seed_tau over the 512 lane maxima bounds the slice's k-th largest from below (the lane maxima
-//     at or above the bound are k distinct tokens). A lane whose second value is below the bound
-//     holds at most one token at or above it, its maximum, and appends it without reading again;
-//     each lane with two or more (about k^2 / 1024 lanes of a random slice) has its tokens read
-//     again from L2 by its whole warp (one vector per lane, so one round trip per 32 vectors).
-//     The buffer then holds every token of the slice at or above the bound (>= k of them).
-//     Where the bound is no bound (fewer than k positive / finite tokens) or too many lanes would
-//     read again (tied or structured rows), the CTA finds its slice's exact k-th largest composite
-//     by a radix select over the slice read from global memory (kth_prefix over SliceSet) and
-//     gathers the tokens at or above it: exact for any row, a few more passes over the slice.
-//     Rows with k > kSeedMaxK take that path too.
+//     kTpVecs register loads always in flight (a slot is refilled before its values are used; one
+//     CTA of 512 threads per SM, so 128 registers hold them). Rows with k <= kTpSeedMaxK keep each
+//     lane's largest value with its index and its second largest value; rows with a larger k count
+//     the keys' top 11 bits into a histogram. Both keep the joint sums.
+//  2. k <= kTpSeedMaxK: seed_tau over the lane maxima bounds the slice's k-th largest from below
+//     (the lane maxima at or above the bound are k distinct tokens). A lane whose second value is
+//     below the bound holds at most one token at or above it, its maximum, and appends it; the
+//     lanes with two or more (a few per slice) have their vectors read again by their warp. The
+//     buffer then holds every token of the slice at or above the bound (>= k of them). Where the
+//     bound is no bound (fewer than k positive / finite tokens) or too many lanes would read again
+//     (tied or structured rows), and for larger k, the radix path: the k-th largest key's 11-bit
+//     bin, then every token in it or above (when they fit the buffer; else the next digits are
+//     counted in more passes), or for ties beyond the buffer an exact radix select over the
+//     slice's composites (kth_prefix over SliceSet). Exact for any row.
 //  3. The merge and the tail are the filter kernel's: each set cut to at most Pk when it does not
-//     fit its place, pushed whole into rank 0 over DSMEM, selected and sorted there, then min-p,
-//     exact top-p on integer prefix sums in either order, one Philox draw: the same token as the
-//     filter, streaming and cluster kernels for the same inputs, seed and offset.
+//     fit its place, written into a fixed slot of rank 0 over DSMEM, selected and sorted there,
+//     then min-p, exact top-p on integer prefix sums in either order, one Philox draw: the same
+//     token as the filter, streaming and cluster kernels for the same inputs, seed and offset.
 // Composites, the tie rule and the NaN rules are the filter kernel's (filter.cuh).
 #pragma once
 #include "fib/sampling/filter.cuh"
@@ -47,40 +47,12 @@ constexpr int kTpCap = kFilterCap - kBins / 2;
 constexpr int kTpReread = 4;  // loads in flight per lane when a warp reads its lanes again
 static_assert(kTpCap >= kFilterMaxK + kThreads, "the buffer holds a slice's top-k and one entry per lane");
 
-// The loads: ld_first for the first pass, ld_again for the passes that read the slice again
-// (FIB_TWOPASS_LD: 0 ld.global.nc for both; 1 the first pass with an L2 evict_last policy and the
-// later ones evict_first; 2 ld.global.cg (L2 only) for both)
-#ifndef FIB_TWOPASS_LD
-#define FIB_TWOPASS_LD 0
-#endif
-__device__ __forceinline__ uint4 ld_first(const uint4* a) {
-#if FIB_TWOPASS_LD == 1
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(a), "l"(pol));
-  return r;
-#elif FIB_TWOPASS_LD == 2
-  return __ldcg(a);
-#else
-  return __ldg(a);
-#endif
-}
-__device__ __forceinline__ uint4 ld_again(const uint4* a) {
-#if FIB_TWOPASS_LD == 1
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(a), "l"(pol));
-  return r;
-#elif FIB_TWOPASS_LD == 2
-  return __ldcg(a);
-#else
-  return __ldg(a);
-#endif
-}
+// The loads of the first pass and of the passes that read the slice again. Tried on the H200
+// (results/sampling_twopass_ld1_h200.json against _ld0, k=50 from probs): the first pass with an
+// L2 evict_last policy (createpolicy + ld.global.nc.L2::cache_hint) and the later ones
+// evict_first: no faster anywhere (B=512 V=128256 92.7 -> 93.9 us, k=2048 B=64 59.2 -> 60.1).
+__device__ __forceinline__ uint4 ld_first(const uint4* a) { return __ldg(a); }
+__device__ __forceinline__ uint4 ld_again(const uint4* a) { return __ldg(a); }
 
 // one 16-byte vector -> its 4 (fp32) or 8 (16-bit) values
 template <int DT>
