@@ -539,8 +539,8 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
     and +inf entries, an ascending row, a row inside one 11-bit key bin. Rows are 16-byte aligned,
     so lane t of a CTA holds the tokens (u * 512 + t) * 4 + j (fp32) or (u * 512 + t) * 8 + j
     (16-bit) of its slice. The two-pass kernel (3000 + S) partitions slices the same way and bounds
-    them by the same lane maxima (k <= 64), and its radix path takes the rest (k = 128, the constant
-    and one-bin rows: more digits, ties). The tokens must equal the streaming kernel's for the
+    them by the same lane maxima (k <= 64; 16 per warp for k = 128), and its radix path takes the
+    rest (the constant and one-bin rows: more digits, ties). The tokens must equal the streaming kernel's for the
     filter kernel (1, 2, 4 CTAs per row), the cluster kernel and the two-pass kernel (1, 2, 4)."""
     if src == "probs" and dtype != torch.float32:
         pytest.skip("probs are fp32")

@@ -9,8 +9,9 @@
 //     CTA of 512 threads per SM, so 128 registers hold them). Rows with k <= kTpSeedMaxK keep each
 //     lane's largest value with its index and its second largest value; rows with a larger k count
 //     the keys' top 11 bits into a histogram. Both keep the joint sums.
-//  2. k <= kTpSeedMaxK: seed_tau over the lane maxima bounds the slice's k-th largest from below
-//     (the lane maxima at or above the bound are k distinct tokens). A lane whose second value is
+//  2. k <= kTpSeedMaxK: the k-th largest of each warp's 8 (k <= 64) or 16 largest lane maxima
+//     bounds the slice's k-th largest from below (the lane maxima at or above it are k distinct
+//     tokens). A lane whose second value is
 //     below the bound holds at most one token at or above it, its maximum, and appends it; the
 //     lanes with two or more (a few per slice) have their vectors read again by their warp. The
 //     buffer then holds every token of the slice at or above the bound (>= k of them). Where the
@@ -34,8 +35,8 @@ namespace sampling {
 #define FIB_TWOPASS_VECS 8
 #endif
 constexpr int kTpVecs = FIB_TWOPASS_VECS;
-#ifndef FIB_TWOPASS_SEED_MAX_K  // rows with k up to this take the lane-maxima bound (<= kSeedMaxK)
-#define FIB_TWOPASS_SEED_MAX_K 64
+#ifndef FIB_TWOPASS_SEED_MAX_K  // rows with k up to this take the lane-maxima bound (<= 256)
+#define FIB_TWOPASS_SEED_MAX_K 128
 #endif
 constexpr int kTpSeedMaxK = FIB_TWOPASS_SEED_MAX_K;
 // the filter kernel's layout: a 40 KB area where the other ranks push their sets, then the
@@ -181,6 +182,43 @@ struct SliceSet {
     }
   }
 };
+
+// seed_tau (filter.cuh) over twice the lane maxima: each warp's kTpSeedLanes = 16 largest (so the
+// bound holds for k <= 256 and is at least as tight as seed_tau's for every k), ranked by 2 lanes
+// per value (128 compares each, summed by one shuffle). The lane maxima at or above the returned
+// value are k distinct tokens: the slice's k-th largest is at least that value. Returns the
+// composite floor (key << 32), or 0 where it is no bound. All threads; two block barriers.
+constexpr int kTpSeedLanes = 16;
+constexpr int kTpSeedVals = kWarps * kTpSeedLanes;  // 256
+__device__ uint64_t seed_tau_wide(float m, int k, bool logits, SelectSmem& sm) {
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+#pragma unroll
+  for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      const float o = __shfl_xor_sync(0xffffffffu, m, stride);
+      m = (((lane & stride) == 0) == ((lane & size) == 0)) ? fmaxf(m, o) : fminf(m, o);
+    }
+  }
+  float* vals = reinterpret_cast<float*>(sm.hist[0]);
+  static_assert(kTpSeedVals == 256 && 2 * kTpSeedVals == kThreads, "seed_tau_wide: 256 values, 2 lanes each");
+  if (lane < kTpSeedLanes) vals[wid * kTpSeedLanes + lane] = m;
+  __syncthreads();
+  const int vi = tid >> 1, h = tid & 1;
+  const float v = vals[vi];
+  int r = 0;
+#pragma unroll 8
+  for (int j = h * (kTpSeedVals / 2); j < (h + 1) * (kTpSeedVals / 2); ++j) {
+    const float o = vals[j];
+    r += (o > v || (o == v && j < vi)) ? 1 : 0;
+  }
+  r += __shfl_xor_sync(0xffffffffu, r, 1);
+  if (h == 0 && r == k - 1) sm.hist[1][0] = __float_as_uint(v);
+  __syncthreads();
+  const float t = __uint_as_float(sm.hist[1][0]);
+  if (!(t > (logits ? -INFINITY : 0.0f))) return 0ull;
+  return static_cast<uint64_t>(f2key(t)) << 32;
+}
 
 // seed_tau (filter.cuh) with the ranking of the kSeedMaxK lane maxima spread over all threads:
 // 4 lanes per value, each counting a quarter of the others (32 compares instead of 128, summed by
@@ -405,7 +443,9 @@ __global__ void __launch_bounds__(kThreads, 1) twopass_kernel(const Params p) {
   // ---- the candidates: every token of the slice at or above the bound
   bool fast = false;
   if (seeded) {
-    const uint64_t tau0 = seed_tau4(m1, k, logits, ssel);
+    // (k <= 64: each warp's 8 largest lane maxima, ranked by 4 lanes each; larger k: 16 per warp,
+    // 2 lanes each, ~2 us more at B=64 but a bound tight enough up to k = 128)
+    const uint64_t tau0 = k <= 64 ? seed_tau4(m1, k, logits, ssel) : seed_tau_wide(m1, k, logits, ssel);
     FIB_PROF(12);
     const float tf0 = key2f(static_cast<uint32_t>(tau0 >> 32));
     const bool rr = tau0 != 0ull && m2 >= tf0;  // (m2 = -inf where a lane has < 2 tokens)
