@@ -118,19 +118,10 @@ void prepare_kernel(DevInfo& d) {
                "cudaFuncSetAttribute(twopass MaxDynamicSharedMemorySize)");
     if (DT == fs::kF32) {
       for (int S = 1; S <= fs::kMaxCluster; ++S) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(S, 1, 1);
-        cfg.blockDim = dim3(fs::kThreads, 1, 1);
-        cfg.dynamicSmemBytes = fs::kTwoPassSmem;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = S;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        fs::ClusterLaunch l;
+        fs::cluster_launch_config(l, S, 1, fs::kTwoPassSmem, nullptr);
         int nc = 0;
-        if (cudaOccupancyMaxActiveClusters(&nc, fs::twopass_kernel<DT>, &cfg) != cudaSuccess) {
+        if (cudaOccupancyMaxActiveClusters(&nc, fs::twopass_kernel<DT>, &l.cfg) != cudaSuccess) {
           (void)cudaGetLastError();
           nc = 0;
         }

@@ -1034,29 +1034,45 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
 #endif
 }
 
+// Host: a launch of `kernel` with one cluster of S CTAs per row (grid S x B, kThreads threads,
+// `smem` bytes of dynamic shared memory) on stream st, the filter kernel's slices (p.chunk) and
+// the layout its rows handed to sample_row use (streamed, histograms). The filter and two-pass
+// kernels launch through it; cluster_launch_config also serves occupancy queries.
+struct ClusterLaunch {
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr[1];
+};
+inline void cluster_launch_config(ClusterLaunch& l, int S, int rows, size_t smem, cudaStream_t st) {
+  l.cfg = {};
+  l.cfg.gridDim = dim3(S, rows, 1);
+  l.cfg.blockDim = dim3(kThreads, 1, 1);
+  l.cfg.dynamicSmemBytes = smem;
+  l.cfg.stream = st;
+  l.attr[0].id = cudaLaunchAttributeClusterDimension;
+  l.attr[0].val.clusterDim.x = S;
+  l.attr[0].val.clusterDim.y = 1;
+  l.attr[0].val.clusterDim.z = 1;
+  l.cfg.attrs = l.attr;
+  l.cfg.numAttrs = 1;
+}
+template <class K>
+inline cudaError_t launch_cluster_rows(K kernel, Params p, int S, size_t smem, cudaStream_t st) {
+  int chunk = (p.V + S - 1) / S;
+  p.chunk = (chunk + 7) & ~7;
+  p.resident = 0;
+  p.hist_bytes = 2 * kHistBufBytes;
+  ClusterLaunch l;
+  cluster_launch_config(l, S, p.B, smem, st);
+  return cudaLaunchKernelEx(&l.cfg, kernel, p);
+}
+
 // Host: launches filter_kernel<DT> for the p.B rows of p with S CTAs per row (one cluster per row)
 // on stream st; sets the fields the launch decides (the slice per CTA, streamed rows and their
 // histograms for the rows the kernel hands to sample_row). The library and the standalone checks
 // (benchmarks/filter16_check.cu) launch through it.
 template <int DT>
 inline cudaError_t launch_filter_rows(Params p, int S, cudaStream_t st) {
-  int chunk = (p.V + S - 1) / S;
-  p.chunk = (chunk + 7) & ~7;
-  p.resident = 0;
-  p.hist_bytes = 2 * kHistBufBytes;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(S, p.B, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = kFilterSmem;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = S;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, filter_kernel<DT>, p);
+  return launch_cluster_rows(filter_kernel<DT>, p, S, kFilterSmem, st);
 }
 
 }  // namespace sampling

@@ -183,14 +183,17 @@ struct SliceSet {
   }
 };
 
-// seed_tau (filter.cuh) over twice the lane maxima: each warp's kTpSeedLanes = 16 largest (so the
-// bound holds for k <= 256 and is at least as tight as seed_tau's for every k), ranked by 2 lanes
-// per value (128 compares each, summed by one shuffle). The lane maxima at or above the returned
-// value are k distinct tokens: the slice's k-th largest is at least that value. Returns the
-// composite floor (key << 32), or 0 where it is no bound. All threads; two block barriers.
-constexpr int kTpSeedLanes = 16;
-constexpr int kTpSeedVals = kWarps * kTpSeedLanes;  // 256
-__device__ uint64_t seed_tau_wide(float m, int k, bool logits, SelectSmem& sm) {
+// seed_tau (filter.cuh) with the ranking spread over all threads: each warp's LANES largest lane
+// maxima (8: the same values as seed_tau, a bound for k <= 128; 16: a bound for k <= 256, at least
+// as tight for every k), ranked by kThreads / (16 * LANES) lanes per value (4 / 2: 32 / 128
+// compares each, summed by shuffles). The lane maxima at or above the returned value are k
+// distinct tokens: the slice's k-th largest is at least that value. Returns the composite floor
+// (key << 32), or 0 where it is no bound. All threads; two block barriers.
+template <int LANES>
+__device__ uint64_t seed_tau_lanes(float m, int k, bool logits, SelectSmem& sm) {
+  constexpr int NV = kWarps * LANES;   // values ranked
+  constexpr int LPV = kThreads / NV;   // lanes per value
+  static_assert(NV <= 256 && LPV * NV == kThreads && (LPV == 2 || LPV == 4), "seed_tau_lanes: 8 or 16 lanes");
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 #pragma unroll
   for (int size = 2; size <= 32; size <<= 1) {
@@ -201,52 +204,18 @@ __device__ uint64_t seed_tau_wide(float m, int k, bool logits, SelectSmem& sm) {
     }
   }
   float* vals = reinterpret_cast<float*>(sm.hist[0]);
-  static_assert(kTpSeedVals == 256 && 2 * kTpSeedVals == kThreads, "seed_tau_wide: 256 values, 2 lanes each");
-  if (lane < kTpSeedLanes) vals[wid * kTpSeedLanes + lane] = m;
+  if (lane < LANES) vals[wid * LANES + lane] = m;
   __syncthreads();
-  const int vi = tid >> 1, h = tid & 1;
+  const int vi = tid / LPV, h = tid % LPV;
   const float v = vals[vi];
   int r = 0;
 #pragma unroll 8
-  for (int j = h * (kTpSeedVals / 2); j < (h + 1) * (kTpSeedVals / 2); ++j) {
+  for (int j = h * (NV / LPV); j < (h + 1) * (NV / LPV); ++j) {
     const float o = vals[j];
     r += (o > v || (o == v && j < vi)) ? 1 : 0;
   }
-  r += __shfl_xor_sync(0xffffffffu, r, 1);
-  if (h == 0 && r == k - 1) sm.hist[1][0] = __float_as_uint(v);
-  __syncthreads();
-  const float t = __uint_as_float(sm.hist[1][0]);
-  if (!(t > (logits ? -INFINITY : 0.0f))) return 0ull;
-  return static_cast<uint64_t>(f2key(t)) << 32;
-}
-
-// seed_tau (filter.cuh) with the ranking of the kSeedMaxK lane maxima spread over all threads:
-// 4 lanes per value, each counting a quarter of the others (32 compares instead of 128, summed by
-// two shuffles). The same bound. All threads; two block barriers.
-__device__ uint64_t seed_tau4(float m, int k, bool logits, SelectSmem& sm) {
-  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 #pragma unroll
-  for (int size = 2; size <= 32; size <<= 1) {
-#pragma unroll
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      const float o = __shfl_xor_sync(0xffffffffu, m, stride);
-      m = (((lane & stride) == 0) == ((lane & size) == 0)) ? fmaxf(m, o) : fminf(m, o);
-    }
-  }
-  float* vals = reinterpret_cast<float*>(sm.hist[0]);
-  static_assert(kSeedMaxK * 4 == kThreads, "seed_tau4: four lanes per value");
-  if (lane < kSeedLanes) vals[wid * kSeedLanes + lane] = m;
-  __syncthreads();
-  const int vi = tid >> 2, h = tid & 3;
-  const float v = vals[vi];
-  int r = 0;
-#pragma unroll 8
-  for (int j = h * (kSeedMaxK / 4); j < (h + 1) * (kSeedMaxK / 4); ++j) {
-    const float o = vals[j];
-    r += (o > v || (o == v && j < vi)) ? 1 : 0;
-  }
-  r += __shfl_xor_sync(0xffffffffu, r, 1);
-  r += __shfl_xor_sync(0xffffffffu, r, 2);
+  for (int d = 1; d < LPV; d <<= 1) r += __shfl_xor_sync(0xffffffffu, r, d);
   if (h == 0 && r == k - 1) sm.hist[1][0] = __float_as_uint(v);
   __syncthreads();
   const float t = __uint_as_float(sm.hist[1][0]);
@@ -445,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, 1) twopass_kernel(const Params p) {
   if (seeded) {
     // (k <= 64: each warp's 8 largest lane maxima, ranked by 4 lanes each; larger k: 16 per warp,
     // 2 lanes each, ~2 us more at B=64 but a bound tight enough up to k = 128)
-    const uint64_t tau0 = k <= 64 ? seed_tau4(m1, k, logits, ssel) : seed_tau_wide(m1, k, logits, ssel);
+    const uint64_t tau0 = k <= 64 ? seed_tau_lanes<8>(m1, k, logits, ssel) : seed_tau_lanes<16>(m1, k, logits, ssel);
     FIB_PROF(12);
     const float tf0 = key2f(static_cast<uint32_t>(tau0 >> 32));
     const bool rr = tau0 != 0ull && m2 >= tf0;  // (m2 = -inf where a lane has < 2 tokens)
@@ -660,23 +629,7 @@ __global__ void __launch_bounds__(kThreads, 1) twopass_kernel(const Params p) {
 // row) on stream st, with the filter kernel's slice and fallback layout.
 template <int DT>
 inline cudaError_t launch_twopass_rows(Params p, int S, cudaStream_t st) {
-  int chunk = (p.V + S - 1) / S;
-  p.chunk = (chunk + 7) & ~7;
-  p.resident = 0;
-  p.hist_bytes = 2 * kHistBufBytes;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(S, p.B, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = kTwoPassSmem;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = S;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, twopass_kernel<DT>, p);
+  return launch_cluster_rows(twopass_kernel<DT>, p, S, kTwoPassSmem, st);
 }
 
 }  // namespace sampling
