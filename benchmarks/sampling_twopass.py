@@ -38,9 +38,13 @@ POINTS += [(B, 128256, k, "peaked", (0, 3000)) for B, k in ((64, 64), (64, 65), 
                                                                  (256, 2048), (512, 2048), (512, 100))]
 QUICK = [pt for pt in POINTS if pt[0] in (1, 64, 512) and pt[1] == 128256]
 # build-against-build runs (--ab): the batches where the two-pass kernel can take the policy's place
-AB = [(B, V, 50, "peaked", (0, 3000)) for V in (32000, 128256, 151936) for B in (64, 128, 256, 512)] + [
-    (B, 128256, k, "peaked", (0, 3000)) for B, k in ((64, 2048), (512, 2048), (64, 100), (64, 128), (64, 256),
-                                                     (512, 100))]
+# (4000: the two-pass kernel with two CTAs per SM, the policy from 256 rows; 1000: the filter kernel)
+AB = [(B, V, 50, "peaked", (0, 3000) + ((4000, 1000) if B >= 256 else ())) for V in (32000, 128256, 151936)
+      for B in (64, 128, 256, 512)] + [
+    (B, 128256, k, "peaked", (0, 3000) + ((4000, 1000) if B >= 256 else ()))
+    for B, k in ((64, 2048), (512, 2048), (64, 100), (64, 128), (64, 256), (512, 100))] + [
+    (B, V, k, "flat", (0, 4000, 1000)) for B, V, k in ((256, 128256, 50), (512, 151936, 50), (512, 32000, 2048))] + [
+    (512, V, 50, "peaked_bf16", (0, 4000, 1000)) for V in (32000, 128256)]
 # profiling builds (-DFIB_SAMPLING_PROFILE): phase times of row 0 / rank 0, us since kernel entry
 PROFILE = [(1, 128256, 50, 3004), (1, 128256, 50, 3008), (16, 128256, 50, 3004), (64, 128256, 50, 3002),
            (64, 128256, 50, 3001), (128, 128256, 50, 3001), (512, 128256, 50, 3001), (64, 32000, 50, 3002),
@@ -114,7 +118,7 @@ def main():
         for cl in knobs:
             r[f"probs_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
                 prs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
-            if cl in (0, 3000) or kind.endswith("_bf16"):
+            if cl in (0, 3000, 4000) or kind.endswith("_bf16"):
                 r[f"logits_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(
                     lgs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
                 r[f"joint_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(
@@ -130,22 +134,17 @@ def main():
         del lgs, prs
         torch.cuda.empty_cache()
     if not args.skip_identity:
-        res["identity"] = identity_checks(log, knobs=(3000, 3001, 3002, 3003, 3008))
+        res["identity"] = identity_checks(log, knobs=(3000, 3001, 3002, 3003, 3008, 4000, 4002))
         save()
-    # table: probs / logits / joint, policy vs two-pass (auto S), cake
-    print("\n| B | V | k | kind | policy probs | twopass probs | cake | tp/cake | policy logits | twopass logits |"
-          " policy joint | twopass joint | forced |")
-    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    # table: every knob's time per source (probs / logits / joint), cake beside the policy from probs
+    print("\n| B | V | k | kind | probs: knob us | cake | policy/cake | logits: knob us | joint: knob us |")
+    print("|---:|---:|---:|---|---|---:|---:|---|---|")
     for r in res["timing"]:
         c = r.get("cake")
-        forced = ", ".join(f"{a[6:]}: {b:.1f}" for a, b in r.items() if a.startswith("probs_") and a not in
-                           ("probs_0", "probs_3000"))
-        print(f"| {r['B']} | {r['V']} | {r['k']} | {r['kind']} | {r['probs_0']:.1f} | {r['probs_3000']:.1f} | "
-              f"{c:.1f} | {r['probs_3000'] / c:.2f} | " if c else
-              f"| {r['B']} | {r['V']} | {r['k']} | {r['kind']} | {r['probs_0']:.1f} | {r['probs_3000']:.1f} | – | – | ",
-              end="")
-        print(f"{r['logits_0']:.1f} | {r['logits_3000']:.1f} | {r['joint_0']:.1f} | {r['joint_3000']:.1f} | {forced} |")
-
+        cols = [", ".join(f"{a[len(src) + 1:]}: {b:.1f}" for a, b in r.items() if a.startswith(src + "_")
+                          and not a.startswith("used_")) for src in ("probs", "logits", "joint")]
+        cake = f"{c:.1f} | {r['probs_0'] / c:.2f}" if c else "– | –"
+        print(f"| {r['B']} | {r['V']} | {r['k']} | {r['kind']} | {cols[0]} | {cake} | {cols[1]} | {cols[2]} |")
 
 if __name__ == "__main__":
     main()

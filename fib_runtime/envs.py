@@ -136,13 +136,15 @@ _SPECS: Dict[str, _Spec] = {
         "Sampling kernel choice (benchmarks): 0 automatic; 1..8 resident-row cluster kernel with that many "
         "CTAs per row; -1 streaming kernel; -2 one-pass plain kernel (calls without top-k); 999 the policy "
         "before the filter and plain kernels; 1000+S filter kernel; 2000 split-row kernel; 3000+S two-pass "
-        "top-k kernel (3000: automatic S)."),
+        "top-k kernel (3000: automatic S); 4000+S the two-pass kernel with two CTAs per SM (4000: S = 1)."),
     "FIB_SAMPLING_FILTER_MIN_TOKENS": _Spec(_float, 6.0e6,
         "Automatic policy: top-k sampling calls of at least this many tokens (B*V, any dtype) "
-        "and B >= 48 use the one-pass filter kernel on sm_90 (read once per device by the C++ side)."),
+        "and B >= 48 use the two-pass kernel on sm_90 (read once per device by the C++ side)."),
     "FIB_SAMPLING_TWOPASS_MAX_B": _Spec(_int, 256,
         "Automatic policy (sm_90): top-k sampling batches from 48 rows up to below this size (and from "
-        "FIB_SAMPLING_FILTER_MIN_TOKENS tokens or FIB_SAMPLING_STREAM_MIN_B rows) use the two-pass kernel."),
+        "FIB_SAMPLING_FILTER_MIN_TOKENS tokens or FIB_SAMPLING_STREAM_MIN_B rows) use the two-pass kernel "
+        "with one CTA per SM; batches from this size (and FIB_SAMPLING_FILTER_MIN_TOKENS tokens) the two-pass "
+        "kernel with two CTAs per SM."),
     "FIB_SAMPLING_STREAM_MIN_B": _Spec(_int, 96,
         "Below the filter threshold: batches from this size use the streaming kernel, smaller ones the cluster kernel."),
     "FIB_SAMPLING_PLAIN_MIN_B": _Spec(_int, 128,

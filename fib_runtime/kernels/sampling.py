@@ -3,7 +3,7 @@
 One kernel launch per call, no host-device sync, no allocation besides the output (pass ``out=``
 to avoid that too), launched on the caller's current CUDA stream (apache-tvm-ffi hands the library
 torch's current stream). Which kernel runs (resident-row cluster kernel, streaming kernel, the
-one-pass filter kernel for large top-k sampling batches on sm_90, the split-row kernel for
+two-pass kernel for large top-k sampling batches on sm_90, the split-row kernel for
 small top-k sampling batches before sm_90, or the one-pass plain kernel for plain sampling at
 large batches) is decided per call from B, V and the dtype; every kernel gives the same tokens for
 the same inputs (docs/kernels.md), except large-k rows, which the cluster kernel samples by
@@ -82,7 +82,8 @@ _EXPLICIT_STREAM = os.environ.get("FIB_SAMPLING_EXPLICIT_STREAM", "0") == "1"
 # -2: one-pass plain kernel for calls without top-k (plain.cuh; 999 keeps the cluster kernel there);
 # 1000 + S: one-pass filter kernel with S CTAs per row (1000: automatic S); 2000: split-row kernel
 # (chunks of 8192 tokens, one CTA each; the pre-Hopper policy at small batches with a scalar top_k <= 128)
-# 3000 + S: two-pass top-k kernel with S CTAs per row (3000: automatic S; sm_90; twopass.cuh)
+# 3000 + S: two-pass top-k kernel with S CTAs per row (3000: automatic S; sm_90; twopass.cuh);
+# 4000 + S: the same with two CTAs per SM (64 registers; 4000: S = 1)
 _CLUSTER = int(os.environ.get("FIB_SAMPLING_CLUSTER", "0") or 0)
 
 
@@ -281,5 +282,6 @@ def _launch_config(B: int, V: int, dtype_code: int = 0, cluster: int = 0, device
     s, chunk, res, smem, sms, major, kind = (
         int(v) for v in str(mod.launch_config(B, V, dtype_code, cluster, device)).split(","))
     return {"cluster": s, "chunk": chunk, "resident": bool(res), "smem": smem, "sms": sms, "cc_major": major,
-            "kernel_for_top_k_sampling": {0: "cluster", 1: "stream", 2: "filter", 3: "split", 4: "plain", 5: "twopass"}.get(kind, str(kind)),
+            "kernel_for_top_k_sampling": {0: "cluster", 1: "stream", 2: "filter", 3: "split", 4: "plain", 5: "twopass",
+                                          6: "twopass2"}.get(kind, str(kind)),
             "stream_for_top_k_sampling": kind == 1}

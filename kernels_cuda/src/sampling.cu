@@ -60,7 +60,8 @@ struct DevInfo {
   // clusters are placed within one GPC, so 8-CTA clusters of one CTA per SM fit fewer than #SMs / 8)
   int tp_clusters[fs::kMaxCluster + 1] = {};
   // FIB_SAMPLING_TWOPASS_MAX_B: top-k sampling batches below this size (from 48 rows, and from
-  // 6M tokens or FIB_SAMPLING_STREAM_MIN_B rows) run the two-pass kernel (sm_90)
+  // 6M tokens or FIB_SAMPLING_STREAM_MIN_B rows) run the two-pass kernel (sm_90) with one CTA per
+  // SM, batches from this size (and 6M tokens) the two-pass kernel with two CTAs per SM
   int twopass_max_b = 256;
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
@@ -113,15 +114,18 @@ void prepare_kernel(DevInfo& d) {
     check_cuda(cudaFuncSetAttribute(fs::filter_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(fs::kFilterSmem)),
                "cudaFuncSetAttribute(filter MaxDynamicSharedMemorySize)");
-    check_cuda(cudaFuncSetAttribute(fs::twopass_kernel<DT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    check_cuda(cudaFuncSetAttribute(fs::twopass_kernel<DT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(fs::kTwoPassSmem)),
                "cudaFuncSetAttribute(twopass MaxDynamicSharedMemorySize)");
+    check_cuda(cudaFuncSetAttribute(fs::twopass_kernel<DT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(fs::kTwoPassSmem)),
+               "cudaFuncSetAttribute(twopass2 MaxDynamicSharedMemorySize)");
     if (DT == fs::kF32) {
       for (int S = 1; S <= fs::kMaxCluster; ++S) {
         fs::ClusterLaunch l;
         fs::cluster_launch_config(l, S, 1, fs::kTwoPassSmem, nullptr);
         int nc = 0;
-        if (cudaOccupancyMaxActiveClusters(&nc, fs::twopass_kernel<DT>, &l.cfg) != cudaSuccess) {
+        if (cudaOccupancyMaxActiveClusters(&nc, fs::twopass_kernel<DT, 1>, &l.cfg) != cudaSuccess) {
           (void)cudaGetLastError();
           nc = 0;
         }
@@ -213,7 +217,7 @@ Config choose_config(const DevInfo& d, int B, int V, int dt, int cluster, bool n
 // automatic S); 2000 the split kernel (split.cuh; the policy before sm_90 at small batches); -2 the
 // one-pass plain kernel for the calls plain_call admits (plain.cuh; other calls keep their kernel;
 // greedy rows of a per-row temperature run the general algorithm inside it).
-enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2, kSplit = 3, kPlain = 4, kTwoPass = 5 };
+enum Kind : int { kCluster = 0, kStream = 1, kFilter = 2, kSplit = 3, kPlain = 4, kTwoPass = 5, kTwoPass2 = 6 };
 // Calls the plain kernel takes: sampling without top-k, top-p and min-p absent or scalars that
 // filter nothing (a per-row tensor goes to the cluster kernel: its rows with a filter would run
 // one CTA each in the plain kernel), temperature anything but a scalar <= 0 (greedy).
@@ -254,6 +258,7 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, int esize, 
   }
   const Kind legacy = p.B >= d.stream_min_b ? kStream : kCluster;
   if (cluster == 999) return legacy;  // the policy before the filter kernel
+  if (cluster >= 4000 && cluster < 5000) return kTwoPass2;
   if (cluster >= 3000 && cluster < 4000) return kTwoPass;
   if (cluster >= 1000) return kFilter;
   if (cluster < 0) return kStream;
@@ -271,6 +276,13 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, int esize, 
   // against the streaming kernel's 27.8; from B=256 the filter kernel is as fast or faster.
   if (p.B >= 48 && p.B < d.twopass_max_b && (tokens >= d.filter_min_tokens || p.B >= d.stream_min_b))
     return kTwoPass;
+  // From 256 rows the two-pass kernel with two CTAs per SM (64 registers, 4 loads in flight per
+  // thread; 2026-12-04, results/sampling_twopass_minb2_h200.json, k=50 from probs against the filter
+  // kernel): V=128256 B=256 / 512 44.8 / 84.1 us against 49.5 / 94.7 (cake 48.4 / 89.2), V=32000
+  // 18.6 / 34.4 against 23.4 / 43.4, k=2048 B=512 233.2 against 254.5, joint from logits B=512
+  // 93.2 against 137.2. With one CTA per SM (128 registers) a row's select, merge and draw left
+  // the SM's loads idle: 92.7 us at B=512.
+  if (p.B >= d.twopass_max_b && p.B >= 48 && tokens >= d.filter_min_tokens) return kTwoPass2;
   return (p.B >= 48 && tokens >= d.filter_min_tokens) ? kFilter : legacy;
 }
 
@@ -305,9 +317,16 @@ int twopass_cluster(const DevInfo& d, int B, int V, int cluster) {
   return S;
 }
 
-template <int DT>
+// CTAs per row of the two-pass kernel with two CTAs per SM: forced (cluster = 4000 + S) or 1 (it
+// runs from 256 rows: one CTA per row already fills the SMs twice)
+int twopass2_cluster(int cluster) {
+  const int S = cluster > 4000 ? cluster - 4000 : 1;
+  return S > fs::kMaxCluster ? fs::kMaxCluster : S;
+}
+
+template <int DT, int MINB>
 void launch_twopass(const fs::Params& p, int S, cudaStream_t st) {
-  check_cuda(fs::launch_twopass_rows<DT>(p, S, st), "cudaLaunchKernelEx(twopass)");
+  check_cuda(fs::launch_twopass_rows<DT, MINB>(p, S, st), "cudaLaunchKernelEx(twopass)");
 }
 
 template <int DT>
@@ -479,9 +498,17 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
     const int S = twopass_cluster(d, B, V, static_cast<int>(cluster));
     used = 3000 + S;
     switch (dt) {
-      case fs::kF32: launch_twopass<fs::kF32>(p, S, st); break;
-      case fs::kBF16: launch_twopass<fs::kBF16>(p, S, st); break;
-      default: launch_twopass<fs::kF16>(p, S, st); break;
+      case fs::kF32: launch_twopass<fs::kF32, 1>(p, S, st); break;
+      case fs::kBF16: launch_twopass<fs::kBF16, 1>(p, S, st); break;
+      default: launch_twopass<fs::kF16, 1>(p, S, st); break;
+    }
+  } else if (kind == kTwoPass2) {
+    const int S = twopass2_cluster(cluster);
+    used = 4000 + S;
+    switch (dt) {
+      case fs::kF32: launch_twopass<fs::kF32, 2>(p, S, st); break;
+      case fs::kBF16: launch_twopass<fs::kBF16, 2>(p, S, st); break;
+      default: launch_twopass<fs::kF16, 2>(p, S, st); break;
     }
   } else if (kind == kFilter) {
     const int S = filter_cluster(d, B, V, static_cast<int>(cluster));
@@ -549,8 +576,9 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
     c.chunk = dt == fs::kF32 ? fs::split_chunk<fs::kF32>() : fs::split_chunk<fs::kBF16>();
     c.resident = 0;
     c.smem = static_cast<size_t>(d.split_smem);
-  } else if (kind == kTwoPass) {
-    c.S = twopass_cluster(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(cluster));
+  } else if (kind == kTwoPass || kind == kTwoPass2) {
+    c.S = kind == kTwoPass ? twopass_cluster(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(cluster))
+                           : twopass2_cluster(static_cast<int>(cluster));
     c.chunk = ((static_cast<int>(V) + c.S - 1) / c.S + 7) & ~7;
     c.resident = 0;
     c.smem = fs::kTwoPassSmem;

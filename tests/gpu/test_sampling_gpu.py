@@ -163,13 +163,14 @@ def _api(name, src):
 def force_path(request):
     old = S._CLUSTER
     S._CLUSTER = {"auto": 0, "cluster4": 4, "stream": -1, "filter1": 1001, "filter3": 1003,
-                  "split": 2000, "twopass1": 3001, "twopass3": 3003}[request.param]
+                  "split": 2000, "twopass1": 3001, "twopass3": 3003, "twopass2_1": 4001,
+                  "twopass2_2": 4002}[request.param]
     yield request.param
     S._CLUSTER = old
 
 
 @pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter1", "filter3", "split", "twopass1",
-                                        "twopass3"], indirect=True)
+                                        "twopass3", "twopass2_1"], indirect=True)
 @pytest.mark.parametrize("V", [111, 1000])
 @pytest.mark.parametrize("kind", ["peaked", "flat"])
 @pytest.mark.parametrize("src", ["probs", "logits"])
@@ -210,7 +211,7 @@ def test_distribution_half_logits(dtype, temperature, V):
     assert_distribution(counts, q, n, f"half {dtype} T={temperature}")
 
 
-@pytest.mark.parametrize("force_path", ["auto", "cluster4", "filter3", "split"], indirect=True)
+@pytest.mark.parametrize("force_path", ["auto", "cluster4", "filter3", "split", "twopass2_2"], indirect=True)
 @pytest.mark.parametrize("V,k,p,kind", [
     (128256, 50, 0.9, "peaked"),
     (151936, 2048, 0.95, "flat"),
@@ -339,7 +340,7 @@ def test_support_odd_sizes(B, V):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("cl", [0, 1001, 1003, 1008, 2000, 3001, 3003])
+@pytest.mark.parametrize("cl", [0, 1001, 1003, 1008, 2000, 3001, 3003, 4001, 4002])
 def test_strided_rows_same_tokens(dtype, cl):
     """Rows with a padded stride (and odd alignment) give the same tokens as a contiguous copy, for
     every filter-kernel geometry; adversarial order (ascending rows) forces repeated compactions."""
@@ -515,7 +516,7 @@ def test_kernels_same_tokens_fixed_k(dtype, k):
                 assert torch.equal(fn(), ref), ("stream repeat", order)
             larger = (xf > xf.gather(1, ref[:, None])).sum(1)
             assert bool((larger < k).all()), order
-            for cl in (1001, 1003, 4, 2000, 3001, 3003):
+            for cl in (1001, 1003, 4, 2000, 3001, 3003, 4001, 4003):
                 S._CLUSTER = cl
                 got = fn()
                 if cl == 4 and order == "joint" and k > 256:
@@ -540,11 +541,14 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
     so lane t of a CTA holds the tokens (u * 512 + t) * 4 + j (fp32) or (u * 512 + t) * 8 + j
     (16-bit) of its slice. The two-pass kernel (3000 + S) partitions slices the same way and bounds
     them by the same lane maxima (k <= 64; 16 per warp for k = 128), and its radix path takes the
-    rest (the constant and one-bin rows: more digits, ties). The tokens must equal the streaming kernel's for the
-    filter kernel (1, 2, 4 CTAs per row), the cluster kernel and the two-pass kernel (1, 2, 4)."""
+    rest (the constant and one-bin rows: more digits, ties). The two-pass kernel keeps each lane's
+    three largest values: rows 10 and 11 hold lanes in every warp with exactly 2, 3 and 4 large values
+    (equal and distinct ones; the lanes with 4 are read again) and 100 lanes with three tokens tied
+    at the top. The tokens must equal the streaming kernel's for the filter kernel (1, 2, 4 CTAs per
+    row), the cluster kernel and the two-pass kernel (1, 2, 4; with two CTAs per SM: 1, 2)."""
     if src == "probs" and dtype != torch.float32:
         pytest.skip("probs are fp32")
-    B, V = 10, 32768
+    B, V = 12, 32768
     tpv = 4 if dtype == torch.float32 else 8
     gen = torch.Generator(device=DEV).manual_seed(11 + k)
     lg = torch.randn(B, V, generator=gen, device=DEV)
@@ -567,6 +571,14 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
     # values within 1e-3 of 1: one 11-bit key bin holds the whole row (the two-pass kernel's radix
     # path counts the next digits; bf16 rounds the row to a constant: ties)
     lg[9] = 1.0 + 1e-4 * torch.randn(V, generator=gen, device=DEV)
+    # row 10: lanes t * 8 (every warp) with 2, 3 or 4 large values (equal within even lanes)
+    for t in range(60):
+        for u in range(2 + t % 3):
+            lg[10, lane_tok(t * 8, 2 * u) + u % tpv] = 6.0 + 0.01 * t + (0.0 if t % 2 == 0 else 0.001 * u)
+    # row 11: 100 lanes with three tokens tied at the top (the tie rule picks the lowest indices)
+    for t in range(100):
+        for u in range(3):
+            lg[11, lane_tok(t * 5, 3 * u + 1) + (u + 1) % tpv] = 7.0
     if src == "logits":
         x = lg.to(dtype)
         fn = lambda: S.top_k_top_p_sampling_from_logits(x, k, 0.9, seed=3, offset=1, filter_apply_order=order)
@@ -587,7 +599,7 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
         larger = (xf > xf.gather(1, ref[:, None])).sum(1)
         assert bool((larger < k).all())
         assert not bool(torch.isnan(x.float().gather(1, ref[:, None])).any())  # never a NaN entry
-        for cl in (1001, 1002, 1004, 4, 3001, 3002, 3004):
+        for cl in (1001, 1002, 1004, 4, 3001, 3002, 3004, 4001, 4002):
             S._CLUSTER = cl
             got = fn()
             assert torch.equal(got, ref), (cl, (got != ref).nonzero().flatten().tolist())
@@ -735,7 +747,7 @@ def test_same_seed_offset_same_tokens():
     assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=st, offset=ot))
     old = S._CLUSTER
     try:
-        for cl in (-1, 1, 2, 5, 8, 1000, 1001, 1003, 1008, 2000, 3000, 3002, 3008):
+        for cl in (-1, 1, 2, 5, 8, 1000, 1001, 1003, 1008, 2000, 3000, 3002, 3008, 4000, 4002):
             S._CLUSTER = cl
             assert torch.equal(a, S.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=42, offset=7)), cl
     finally:

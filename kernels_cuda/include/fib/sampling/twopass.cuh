@@ -5,8 +5,9 @@
 // more than reading the slice twice: H200, B=64 V=128256 k=50, the filter kernel 29.2 us, this
 // kernel 20.6, cake's two-pass stage 1 17.9 (docs/kernels.md, "The two-pass kernel"). This kernel:
 //  1. S CTAs (a cluster) split the row. Each thread streams its 16-byte vectors of the slice with
-//     kTpVecs register loads always in flight (a slot is refilled before its values are used; one
-//     CTA of 512 threads per SM, so 128 registers hold them). Rows with k <= kTpSeedMaxK keep each
+//     tp_vecs<MINB>() register loads always in flight (a slot is refilled before its values are
+//     used): 8 with one CTA of 512 threads per SM (128 registers hold them), 4 in the build for two
+//     CTAs per SM (64 registers; from 256 rows, where one CTA streams while the other finishes). Rows with k <= kTpSeedMaxK keep each
 //     lane's largest value with its index and its second largest value; rows with a larger k count
 //     the keys' top 11 bits into a histogram. Both keep the joint sums.
 //  2. k <= kTpSeedMaxK: the k-th largest of each warp's 8 (k <= 64) or 16 largest lane maxima
@@ -31,10 +32,16 @@
 namespace fib {
 namespace sampling {
 
-#ifndef FIB_TWOPASS_VECS  // 16-byte loads in flight per thread in the first pass
+// 16-byte loads in flight per thread in the first pass (and the passes that read the slice again)
+// of the kernel with one CTA per SM (128 registers) and of the one with two (64 registers)
+#ifndef FIB_TWOPASS_VECS
 #define FIB_TWOPASS_VECS 8
 #endif
-constexpr int kTpVecs = FIB_TWOPASS_VECS;
+#ifndef FIB_TWOPASS2_VECS
+#define FIB_TWOPASS2_VECS 4
+#endif
+template <int MINB>
+constexpr int tp_vecs() { return MINB == 1 ? FIB_TWOPASS_VECS : FIB_TWOPASS2_VECS; }
 #ifndef FIB_TWOPASS_SEED_MAX_K  // rows with k up to this take the lane-maxima bound (<= 256)
 #define FIB_TWOPASS_SEED_MAX_K 128
 #endif
@@ -87,8 +94,9 @@ __device__ __forceinline__ void warp_append1(bool keep, uint64_t v, uint64_t* bu
 
 // The composites of every token of a slice, read from global memory (the exact path's radix select
 // and gather): body vectors g = tid, tid + kThreads, ... then the unaligned head and tail tokens;
-// warp-uniform trip counts (valid = false past the end), so f may use warp votes.
-template <int DT>
+// warp-uniform trip counts (valid = false past the end), so f may use warp votes. PD: 16-byte
+// loads in flight per thread.
+template <int DT, int PD>
 struct SliceSet {
   const char* in_row;  // the slice's first token
   const char* body;    // its 16-byte aligned body (nv vectors, starting at token `head`)
@@ -101,15 +109,15 @@ struct SliceSet {
   template <class F>
   __device__ __forceinline__ void each(F&& f) const {
     constexpr int TPV = 16 / ((DT == kF32) ? 4 : 2);
-    for (int b = 0; b < nv; b += kTpVecs * kThreads) {  // kTpVecs loads in flight per thread
-      uint4 r[kTpVecs];
+    for (int b = 0; b < nv; b += PD * kThreads) {  // PD loads in flight per thread
+      uint4 r[PD];
 #pragma unroll
-      for (int d = 0; d < kTpVecs; ++d) {
+      for (int d = 0; d < PD; ++d) {
         const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
         r[d] = g < nv ? ld_again(reinterpret_cast<const uint4*>(body) + g) : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
-      for (int d = 0; d < kTpVecs; ++d) {
+      for (int d = 0; d < PD; ++d) {
         const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
         const bool ok = g < nv;
         float x[TPV];
@@ -126,24 +134,24 @@ struct SliceSet {
     }
   }
   // Appends every composite v of the slice with keep(v) to buf (count in *cnt): per batch of
-  // kTpVecs vectors one warp scan of the threads' counts and one shared atomic per warp (a
+  // PD vectors one warp scan of the threads' counts and one shared atomic per warp (a
   // ballot and an atomic per token slot put ~30K atomics on *cnt where thousands pass: H200,
   // 24 us for one pass over a 256 KB slice). All threads.
   template <class K>
   __device__ __forceinline__ void gather(K&& keep, uint64_t* buf, int* cnt) const {
     constexpr int TPV = 16 / ((DT == kF32) ? 4 : 2);
-    static_assert(kTpVecs * TPV <= 64, "one 64-bit mask per batch");
+    static_assert(PD * TPV <= 64, "one 64-bit mask per batch");
     const int lane = threadIdx.x & 31;
-    for (int b = 0; b < nv; b += kTpVecs * kThreads) {
-      uint4 r[kTpVecs];
+    for (int b = 0; b < nv; b += PD * kThreads) {
+      uint4 r[PD];
 #pragma unroll
-      for (int d = 0; d < kTpVecs; ++d) {
+      for (int d = 0; d < PD; ++d) {
         const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
         r[d] = g < nv ? ld_again(reinterpret_cast<const uint4*>(body) + g) : make_uint4(0u, 0u, 0u, 0u);
       }
       uint64_t bits = 0ull;
 #pragma unroll
-      for (int d = 0; d < kTpVecs; ++d) {
+      for (int d = 0; d < PD; ++d) {
         const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
         float x[TPV];
         unpack_vec<DT>(r[d], x);
@@ -164,7 +172,7 @@ struct SliceSet {
       if (lane == 31) base = atomicAdd(cnt, wtot);
       base = __shfl_sync(0xffffffffu, base, 31) + inc - c;
 #pragma unroll
-      for (int d = 0; d < kTpVecs; ++d) {  // (static indices: r stays in registers)
+      for (int d = 0; d < PD; ++d) {  // (static indices: r stays in registers)
         const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
         float x[TPV];
         unpack_vec<DT>(r[d], x);
@@ -259,13 +267,17 @@ __device__ __forceinline__ int hist_kth_bin(const uint32_t* hist, int nb, uint32
   return b;
 }
 
-template <int DT>
-__global__ void __launch_bounds__(kThreads, 1) twopass_kernel(const Params p) {
+// MINB: CTAs per SM the registers are sized for. 1: 128 registers, FIB_TWOPASS_VECS loads in
+// flight; 2: 64 registers, FIB_TWOPASS2_VECS loads, and a CTA streams its slice while the SM's
+// other CTA selects, merges and draws (rows of one CTA from 256 rows: the SM never waits for a
+// row's tail).
+template <int DT, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p) {
   extern __shared__ __align__(128) unsigned char dsm[];
 #if FIB_HAS_CLUSTER
   constexpr int ESIZE = (DT == kF32) ? 4 : 2;
   constexpr int TPV = 16 / ESIZE;  // tokens per vector
-  constexpr int PD = kTpVecs;
+  constexpr int PD = tp_vecs<MINB>();
   const int row = blockIdx.y;
   const uint32_t rank = cl_rank(), S = cl_size();
   FIB_PROF(0);
@@ -334,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, 1) twopass_kernel(const Params p) {
   // wait before the merge (an arrive that publishes nothing: relaxed, no wait for the loads in flight)
   if (S > 1) cl_arrive_relaxed();
 
-  const SliceSet<DT> set{in_row, body, nv, head, tail0, extra, static_cast<uint32_t>(start), logits};
+  const SliceSet<DT, PD> set{in_row, body, nv, head, tail0, extra, static_cast<uint32_t>(start), logits};
   float jm = -INFINITY;  // joint: per-thread online max / sum (logits) or sum (probs)
   float js = 0.0f;
   auto joint_add = [&](const float* x, int cnt) {
@@ -625,11 +637,11 @@ __global__ void __launch_bounds__(kThreads, 1) twopass_kernel(const Params p) {
 #endif
 }
 
-// Host: launches twopass_kernel<DT> for the p.B rows of p with S CTAs per row (one cluster per
-// row) on stream st, with the filter kernel's slice and fallback layout.
-template <int DT>
+// Host: launches twopass_kernel<DT, MINB> for the p.B rows of p with S CTAs per row (one cluster
+// per row) on stream st, with the filter kernel's slice and fallback layout.
+template <int DT, int MINB>
 inline cudaError_t launch_twopass_rows(Params p, int S, cudaStream_t st) {
-  return launch_cluster_rows(twopass_kernel<DT>, p, S, kTwoPassSmem, st);
+  return launch_cluster_rows(twopass_kernel<DT, MINB>, p, S, kTwoPassSmem, st);
 }
 
 }  // namespace sampling
