@@ -146,5 +146,6 @@ def main():
         cake = f"{c:.1f} | {r['probs_0'] / c:.2f}" if c else "– | –"
         print(f"| {r['B']} | {r['V']} | {r['k']} | {r['kind']} | {cols[0]} | {cake} | {cols[1]} | {cols[2]} |")
 
+
 if __name__ == "__main__":
     main()

@@ -273,7 +273,8 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, int esize, 
   const double tokens = static_cast<double>(p.B) * static_cast<double>(p.V);
   // The two-pass kernel (2026-12-03, results/sampling_twopass_h200.json, k=50 from probs): B=64
   // V=128256 20.6 us against the filter kernel's 29.2, B=128 28.1 vs 38.3, V=32000 B=128 14.1
-  // against the streaming kernel's 27.8; from B=256 the filter kernel is as fast or faster.
+  // against the streaming kernel's 27.8; at B=256 the filter kernel was as fast (the two-CTA build
+  // below took both their places there).
   if (p.B >= 48 && p.B < d.twopass_max_b && (tokens >= d.filter_min_tokens || p.B >= d.stream_min_b))
     return kTwoPass;
   // From 256 rows the two-pass kernel with two CTAs per SM (64 registers, 4 loads in flight per
@@ -282,8 +283,9 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, int esize, 
   // 18.6 / 34.4 against 23.4 / 43.4, k=2048 B=512 233.2 against 254.5, joint from logits B=512
   // 93.2 against 137.2. With one CTA per SM (128 registers) a row's select, merge and draw left
   // the SM's loads idle: 92.7 us at B=512.
+  // (the filter kernel is no longer part of the policy: knob 1000 + S forces it)
   if (p.B >= d.twopass_max_b && p.B >= 48 && tokens >= d.filter_min_tokens) return kTwoPass2;
-  return (p.B >= 48 && tokens >= d.filter_min_tokens) ? kFilter : legacy;
+  return legacy;
 }
 
 // CTAs per row of the filter kernel: forced (cluster = 1000 + S) or automatic, then at most one

@@ -7,9 +7,10 @@
 //  1. S CTAs (a cluster) split the row. Each thread streams its 16-byte vectors of the slice with
 //     tp_vecs<MINB>() register loads always in flight (a slot is refilled before its values are
 //     used): 8 with one CTA of 512 threads per SM (128 registers hold them), 4 in the build for two
-//     CTAs per SM (64 registers; from 256 rows, where one CTA streams while the other finishes). Rows with k <= kTpSeedMaxK keep each
-//     lane's largest value with its index and its second largest value; rows with a larger k count
-//     the keys' top 11 bits into a histogram. Both keep the joint sums.
+//     CTAs per SM (64 registers; from 256 rows, where one CTA streams while the other finishes).
+//     Rows with k <= kTpSeedMaxK keep each lane's largest value with its index and its second
+//     largest value; rows with a larger k count the keys' top 11 bits into a histogram. Both keep
+//     the joint sums.
 //  2. k <= kTpSeedMaxK: the k-th largest of each warp's 8 (k <= 64) or 16 largest lane maxima
 //     bounds the slice's k-th largest from below (the lane maxima at or above it are k distinct
 //     tokens). A lane whose second value is
