@@ -541,10 +541,10 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
     so lane t of a CTA holds the tokens (u * 512 + t) * 4 + j (fp32) or (u * 512 + t) * 8 + j
     (16-bit) of its slice. The two-pass kernel (3000 + S) partitions slices the same way and bounds
     them by the same lane maxima (k <= 64; 16 per warp for k = 128), and its radix path takes the
-    rest (the constant and one-bin rows: more digits, ties). The two-pass kernel keeps each lane's
-    three largest values: rows 10 and 11 hold lanes in every warp with exactly 2, 3 and 4 large values
-    (equal and distinct ones; the lanes with 4 are read again) and 100 lanes with three tokens tied
-    at the top. The tokens must equal the streaming kernel's for the filter kernel (1, 2, 4 CTAs per
+    rest (the constant and one-bin rows: more digits, ties). Rows 10 and 11 hold lanes in every warp
+    with exactly 2, 3 and 4 large values (equal and distinct ones: the two-pass kernel reads every
+    lane with two or more at or above its bound again) and 100 lanes with three tokens tied at the
+    top. The tokens must equal the streaming kernel's for the filter kernel (1, 2, 4 CTAs per
     row), the cluster kernel and the two-pass kernel (1, 2, 4; with two CTAs per SM: 1, 2)."""
     if src == "probs" and dtype != torch.float32:
         pytest.skip("probs are fp32")
