@@ -45,10 +45,16 @@ AB = [(B, V, 50, "peaked", (0, 3000) + ((4000, 1000) if B >= 256 else ())) for V
     for B, k in ((64, 2048), (512, 2048), (64, 100), (64, 128), (64, 256), (512, 100))] + [
     (B, V, k, "flat", (0, 4000, 1000)) for B, V, k in ((256, 128256, 50), (512, 151936, 50), (512, 32000, 2048))] + [
     (512, V, 50, "peaked_bf16", (0, 4000, 1000)) for V in (32000, 128256)]
+# large k (--largek): the rows with kTpSeedMaxK < k <= 2048 (the group maxima bound, or the
+# histogram pass where FIB_TWOPASS_GROUP_MAX_K=0), the launch policy only
+LARGEK = [(B, V, k, "peaked", (0,)) for V in (32000, 128256, 151936) for B in (64, 256, 512)
+          for k in (256, 1024, 2048)] + [(B, V, 2048, "flat", (0,)) for V in (32000, 128256) for B in (64, 512)]
 # profiling builds (-DFIB_SAMPLING_PROFILE): phase times of row 0 / rank 0, us since kernel entry
 PROFILE = [(1, 128256, 50, 3004), (1, 128256, 50, 3008), (16, 128256, 50, 3004), (64, 128256, 50, 3002),
            (64, 128256, 50, 3001), (128, 128256, 50, 3001), (512, 128256, 50, 3001), (64, 32000, 50, 3002),
-           (64, 128256, 2048, 3002), (64, 128256, 128, 3002), (512, 128256, 2048, 3001)]
+           (64, 128256, 2048, 3002), (64, 128256, 128, 3002), (512, 128256, 2048, 3001),
+           (512, 32000, 2048, 4001), (256, 32000, 2048, 4001), (512, 128256, 2048, 4001), (512, 128256, 50, 4001),
+           (64, 32000, 2048, 3001)]
 PROF_NAMES = ["pass1", "candidates", "radix_path", "local_cut", "cluster_sync", "merged", "sorted", "end"]
 
 
@@ -58,6 +64,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ab", action="store_true", help="only the AB points (no cake, no identity unless asked)")
     ap.add_argument("--tag", default="", help="suffix of the JSON file names")
+    ap.add_argument("--largek", action="store_true", help="only the LARGEK points")
     ap.add_argument("--skip-identity", action="store_true")
     ap.add_argument("--no-cake", action="store_true")
     args = ap.parse_args()
@@ -95,7 +102,8 @@ def main():
                 r = {"B": B, "V": V, "k": k, "knob": cl, "kind": kind}
                 r.update({nm: round(f[i] / 1e3, 2) for i, nm in enumerate(PROF_NAMES)})
                 # slots 12 / 13 / 14: seed_tau done, re-reading lanes counted, warp 0's appends done;
-                # slot 10: the re-reading lanes (raw)
+                # slot 10: the re-reading lanes (raw). Rows with the group maxima bound (k > 128):
+                # 12 the bound, 14 the gather, 10 the slice's candidates
                 r.update({"seeded": round(f[20 + 12] / 1e3, 2), "counted": round(f[20 + 13] / 1e3, 2),
                           "appended_w0": round(f[20 + 14] / 1e3, 2), "reread_lanes": f[9]})
                 res["profile"].append(r)
@@ -106,7 +114,7 @@ def main():
     def save():
         (out / f"sampling_twopass{args.tag}_h200.json").write_text(json.dumps(res, indent=1))
 
-    for B, V, k, kind, knobs in (AB if args.ab else QUICK if args.quick else POINTS):
+    for B, V, k, kind, knobs in (LARGEK if args.largek else AB if args.ab else QUICK if args.quick else POINTS):
         lgs = make_inputs(B, V, kind.replace("_bf16", ""))
         prs = [torch.softmax(x, -1) for x in lgs]
         if kind.endswith("_bf16"):

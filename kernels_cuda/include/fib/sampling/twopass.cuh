@@ -47,6 +47,19 @@ constexpr int tp_vecs() { return MINB == 1 ? FIB_TWOPASS_VECS : FIB_TWOPASS2_VEC
 #define FIB_TWOPASS_SEED_MAX_K 128
 #endif
 constexpr int kTpSeedMaxK = FIB_TWOPASS_SEED_MAX_K;
+// rows with kTpSeedMaxK < k <= this bound their slice's k-th largest by the group maxima (0: the
+// histogram pass for every larger k)
+#ifndef FIB_TWOPASS_GROUP_MAX_K
+#define FIB_TWOPASS_GROUP_MAX_K 2048
+#endif
+constexpr int kTpGroupMaxK = FIB_TWOPASS_GROUP_MAX_K;
+constexpr int kTpGroups = 8;  // group maxima per thread (kThreads * kTpGroups >= 2 * kFilterMaxK)
+// the most batches per thread whose maxima are kept (28 KB, leaving 3584 candidate entries)
+#ifndef FIB_TWOPASS_BATCH_MAX
+#define FIB_TWOPASS_BATCH_MAX 28
+#endif
+constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
+static_assert(kThreads * kTpGroups >= 2 * kFilterMaxK, "the group maxima bound the k-th largest with slack");
 // the filter kernel's layout: a 40 KB area where the other ranks push their sets, then the
 // 8192-entry candidate buffer (and >= 64 KB for the general algorithm's histograms)
 constexpr size_t kTwoPassSmem = kFilterSmem;
@@ -81,15 +94,17 @@ __device__ __forceinline__ void unpack_vec(const uint4 u, float (&x)[16 / ((DT =
   }
 }
 
-// Appends the entries v of the lanes where `keep` holds to buf at one shared atomic per warp (all lanes).
-__device__ __forceinline__ void warp_append1(bool keep, uint64_t v, uint64_t* buf, int* cnt) {
+// Appends the entries v of the lanes where `keep` holds to buf at one shared atomic per warp (all
+// lanes); entries at cap or past it are counted in *cnt but not written.
+__device__ __forceinline__ void warp_append1(bool keep, uint64_t v, uint64_t* buf, int* cnt, int cap = 0x7fffffff) {
   const int lane = threadIdx.x & 31;
   const unsigned m = __ballot_sync(0xffffffffu, keep);
   if (m) {
     int base = 0;
     if (lane == __ffs(m) - 1) base = atomicAdd(cnt, __popc(m));
     base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
-    if (keep) buf[base + __popc(m & ((1u << lane) - 1u))] = v;
+    const int at = base + __popc(m & ((1u << lane) - 1u));
+    if (keep && at < cap) buf[at] = v;  // (past cap: counted only)
   }
 }
 
@@ -139,7 +154,7 @@ struct SliceSet {
   // ballot and an atomic per token slot put ~30K atomics on *cnt where thousands pass: H200,
   // 24 us for one pass over a 256 KB slice). All threads.
   template <class K>
-  __device__ __forceinline__ void gather(K&& keep, uint64_t* buf, int* cnt) const {
+  __device__ __forceinline__ void gather(K&& keep, uint64_t* buf, int* cnt, int cap = 0x7fffffff) const {
     constexpr int TPV = 16 / ((DT == kF32) ? 4 : 2);
     static_assert(PD * TPV <= 64, "one 64-bit mask per batch");
     const int lane = threadIdx.x & 31;
@@ -179,7 +194,10 @@ struct SliceSet {
         unpack_vec<DT>(r[d], x);
 #pragma unroll
         for (int j = 0; j < TPV; ++j)
-          if ((bits >> (d * TPV + j)) & 1ull) buf[base++] = comp(x[j], head + g * TPV + j);
+          if ((bits >> (d * TPV + j)) & 1ull) {
+            if (base < cap) buf[base] = comp(x[j], head + g * TPV + j);  // (past cap: counted only)
+            ++base;
+          }
       }
     }
     for (int e0 = 0; e0 < extra; e0 += kThreads) {
@@ -187,7 +205,76 @@ struct SliceSet {
       const bool ok = e < extra;
       const int i = e < head ? e : tail0 + (e - head);
       const uint64_t v = ok ? comp(load_elem<DT>(in_row, i), i) : 0ull;
-      warp_append1(ok && keep(v), v, buf, cnt);
+      warp_append1(ok && keep(v), v, buf, cnt, cap);
+    }
+  }
+  // gather for the keys at or above key(tf), tested on the values (x >= tf: the same set where tf
+  // > 0 for probs, tf > -inf for logits; NaN never passes): one compare per token, composites
+  // only for the tokens kept, and a vector with none is skipped. Every token of the slice (body,
+  // head and tail); entries at cap or past it counted only. bm (or nullptr): the top 16 key bits
+  // of each thread's batch maxima (batch i of thread t at bm[i * kThreads + t]; a batch is the
+  // thread's PD vectors b / kThreads .. + PD - 1): batches below t16 are not read. All threads.
+  __device__ __forceinline__ void gather_ge(float tf, uint64_t* buf, int* cnt, int cap, const uint16_t* bm = nullptr,
+                                            uint32_t t16 = 0u) const {
+    constexpr int TPV = 16 / ((DT == kF32) ? 4 : 2);
+    static_assert(PD * TPV <= 64, "one 64-bit mask per batch");
+    const int lane = threadIdx.x & 31;
+    for (int b = 0, bi = 0; b < nv; b += PD * kThreads, ++bi) {
+      const bool need = bm == nullptr || bm[bi * kThreads + static_cast<int>(threadIdx.x)] >= t16;
+      if (!__any_sync(0xffffffffu, need)) continue;  // (warp-uniform)
+      uint4 r[PD];
+#pragma unroll
+      for (int d = 0; d < PD; ++d) {
+        const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
+        r[d] = (need && g < nv) ? ld_again(reinterpret_cast<const uint4*>(body) + g) : make_uint4(0u, 0u, 0u, 0u);
+      }
+      uint64_t bits = 0ull;
+#pragma unroll
+      for (int d = 0; d < PD; ++d) {
+        float x[TPV];
+        unpack_vec<DT>(r[d], x);
+#pragma unroll
+        for (int j = 0; j < TPV; ++j) bits |= static_cast<uint64_t>(x[j] >= tf) << (d * TPV + j);
+      }
+      // (vectors past the slice and those not read are zeros, which pass a negative tf: masked)
+#pragma unroll
+      for (int d = 0; d < PD; ++d) {
+        const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
+        if (!need || g >= nv) bits &= ~(((1ull << TPV) - 1ull) << (d * TPV));
+      }
+      const int c = __popcll(bits);
+      int inc = c;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int t = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += t;
+      }
+      const int wtot = __shfl_sync(0xffffffffu, inc, 31);
+      if (wtot == 0) continue;
+      int base = 0;
+      if (lane == 31) base = atomicAdd(cnt, wtot);
+      base = __shfl_sync(0xffffffffu, base, 31) + inc - c;
+      if (c == 0) continue;
+#pragma unroll
+      for (int d = 0; d < PD; ++d) {  // (static indices: r stays in registers)
+        if (((bits >> (d * TPV)) & ((1ull << TPV) - 1ull)) == 0ull) continue;
+        const int g = b + d * kThreads + static_cast<int>(threadIdx.x);
+        float x[TPV];
+        unpack_vec<DT>(r[d], x);
+#pragma unroll
+        for (int j = 0; j < TPV; ++j)
+          if ((bits >> (d * TPV + j)) & 1ull) {
+            if (base < cap) buf[base] = comp(x[j], head + g * TPV + j);
+            ++base;
+          }
+      }
+    }
+    for (int e0 = 0; e0 < extra; e0 += kThreads) {
+      const int e = e0 + static_cast<int>(threadIdx.x);
+      const bool ok = e < extra;
+      const int i = e < head ? e : tail0 + (e - head);
+      const float x = ok ? load_elem<DT>(in_row, i) : 0.0f;
+      warp_append1(ok && x >= tf, comp(x, i), buf, cnt, cap);
     }
   }
 };
@@ -337,6 +424,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   // the buffer's kTpCap entries)
   uint32_t* hist = reinterpret_cast<uint32_t*>(buf + kTpCap);
   const bool seeded = k <= kTpSeedMaxK;
+  const bool grouped = !seeded && k <= kTpGroupMaxK && n > k;  // (the group maxima bound)
   if (!seeded) {
 #pragma unroll
     for (int j = 0; j < kBins / kThreads; ++j) hist[j * kThreads + tid] = 0u;
@@ -377,16 +465,25 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     if (joint && ok) joint_add(&x, 1);
     if (seeded) {
       warp_append1(ok, set.comp(x, i), buf, &s_cnt);
-    } else if (ok) {
+    } else if (ok && !grouped) {  // (grouped rows: the gather below reads them again)
       atomicAdd(&hist[f2key(sanitize(x, logits)) >> 21], 1u);
     }
   }
 
-  // ---- pass 1: lane maxima (with index) and second maxima (rows with k <= kSeedMaxK) or the
-  // histogram of the keys' top 11 bits (larger k), and the joint sums
+  // ---- pass 1: lane maxima (with index) and second maxima (rows with k <= kSeedMaxK), the
+  // maxima of kTpGroups groups of each thread's tokens (k <= kTpGroupMaxK) or the histogram of the
+  // keys' top 11 bits (larger k), and the joint sums
   float m1 = -INFINITY, m2 = -INFINITY;  // (NaN never enters: every compare with it is false)
   int i1 = 0;
-  auto pass1 = [&](auto&& per_vec) {
+  float gm[kTpGroups];
+#pragma unroll
+  for (int j = 0; j < kTpGroups; ++j) gm[j] = -INFINITY;
+  // grouped rows of at most kTpBatchMax batches per thread: their batch maxima at the end of the
+  // candidate buffer (2 bytes per thread and batch), which the gather then stops short of
+  const int nbt = (nvt + PD - 1) / PD;
+  uint16_t* bm = (grouped && nbt <= kTpBatchMax) ? reinterpret_cast<uint16_t*>(buf + kTpCap) - nbt * kThreads : nullptr;
+  const int gcap = bm ? (kTpCap * 8 - nbt * kThreads * 2) / 8 : kTpCap;
+  auto pass1 = [&](auto&& per_vec, auto&& end_batch) {
     for (int u0 = 0; u0 < nvt; u0 += PD) {
 #pragma unroll
       for (int d = 0; d < PD; ++d) {
@@ -398,13 +495,15 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
           float x[TPV];
           unpack_vec<DT>(r, x);
           if (joint) joint_add(x, TPV);
-          per_vec(x, head + g * TPV);
+          per_vec(x, head + g * TPV, d);
         }
       }
+      end_batch(u0 / PD);
     }
   };
+  auto no_end = [](int) {};
   if (seeded) {
-    pass1([&](const float (&x)[TPV], int ib) {
+    pass1([&](const float (&x)[TPV], int ib, int) {
 #pragma unroll
       for (int j = 0; j < TPV; ++j) {
         const float xv = x[j];
@@ -413,12 +512,29 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
         i1 = top ? ib + j : i1;
         m1 = top ? xv : m1;
       }
+    }, no_end);
+  } else if (grouped) {
+    // group of token j of the thread's d-th vector in flight: (d * TPV + j) * kTpGroups / (PD * TPV)
+    static_assert((PD * TPV) % kTpGroups == 0, "whole groups per batch");
+    // and, where they fit, the top 16 key bits of each batch's maximum (bm: the gather then reads
+    // only the batches that reach the bound)
+    float bmax = -INFINITY;
+    pass1([&](const float (&x)[TPV], int, int d) {
+#pragma unroll
+      for (int j = 0; j < TPV; ++j) {
+        const int gi = (d * TPV + j) / (PD * TPV / kTpGroups);
+        gm[gi] = fmaxf(gm[gi], x[j]);  // (fmaxf drops NaN)
+        bmax = fmaxf(bmax, x[j]);
+      }
+    }, [&](int bi) {
+      if (bm != nullptr) bm[bi * kThreads + tid] = static_cast<uint16_t>(f2key(sanitize(bmax, logits)) >> 16);
+      bmax = -INFINITY;
     });
   } else {
-    pass1([&](const float (&x)[TPV], int) {
+    pass1([&](const float (&x)[TPV], int, int) {
 #pragma unroll
       for (int j = 0; j < TPV; ++j) atomicAdd(&hist[f2key(sanitize(x[j], logits)) >> 21], 1u);
-    });
+    }, no_end);
   }
   FIB_PROF(1);
 
@@ -469,6 +585,40 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
       FIB_PROF(14);
       __syncthreads();
     }
+  } else if (grouped) {
+    // the k-th largest of the slice's kThreads * kTpGroups group maxima, to 22 key bits (two 11-bit
+    // histogram rounds over the maxima): a floor with at least k tokens at or above it (each group
+    // maximum is a distinct token). Then every token at or above it is gathered from the slice
+    // (L2); where more than the buffer holds (structured or tied rows), the radix path below.
+    uint32_t gk[kTpGroups];
+#pragma unroll
+    for (int j = 0; j < kTpGroups; ++j) {
+      gk[j] = f2key(sanitize(gm[j], logits));
+      atomicAdd(&hist[gk[j] >> 21], 1u);
+    }
+    __syncthreads();
+    uint32_t ab = 0, cb = 0;
+    const uint32_t b1 = static_cast<uint32_t>(hist_kth_bin(hist, kBins, static_cast<uint32_t>(k), s_scratch, s_res, &ab, &cb));
+#pragma unroll
+    for (int j = 0; j < kBins / kThreads; ++j) hist[j * kThreads + tid] = 0u;
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kTpGroups; ++j)
+      if ((gk[j] >> 21) == b1) atomicAdd(&hist[(gk[j] >> 10) & (kBins - 1)], 1u);
+    __syncthreads();
+    uint32_t ab2 = 0, cb2 = 0;
+    const uint32_t b2 = static_cast<uint32_t>(hist_kth_bin(hist, kBins, static_cast<uint32_t>(k) - ab, s_scratch, s_res, &ab2, &cb2));
+    const uint32_t tkey = (b1 << 21) | (b2 << 10);
+    FIB_PROF(12);
+    if (key2f(tkey) > (logits ? -INFINITY : 0.0f)) {  // (else fewer than k positive / finite maxima)
+      set.gather_ge(key2f(tkey), buf, &s_cnt, gcap, bm, tkey >> 16);
+      __syncthreads();
+      fast = s_cnt <= gcap;
+#ifdef FIB_SAMPLING_PROFILE
+      if (blockIdx.y == 0 && rank == 0 && tid == 0) g_fib_prof[10] = static_cast<unsigned long long>(s_cnt);
+#endif
+    }
+    FIB_PROF(14);
   }
   FIB_PROF(2);
   if (!fast) {
@@ -480,7 +630,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     // Passes after the first read the slice again (L2 where it still holds it).
     __syncthreads();
     if (tid == 0) s_cnt = 0;
-    if (seeded && n > k) {
+    if ((seeded || grouped) && n > k) {
 #pragma unroll
       for (int j = 0; j < kBins / kThreads; ++j) hist[j * kThreads + tid] = 0u;
       __syncthreads();
