@@ -531,7 +531,7 @@ def test_kernels_same_tokens_fixed_k(dtype, k):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("src", ["logits", "probs"])
 @pytest.mark.parametrize("order", ["top_k_first", "joint"])
-@pytest.mark.parametrize("k", [1, 50, 128])
+@pytest.mark.parametrize("k", [1, 50, 128, 300, 2048])
 def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
     """The filter kernel's pre-pass (rows with k <= 128) on rows built for each of its paths: one
     candidate per lane, a few lanes holding several of the top tokens (they re-read their tokens),
@@ -544,8 +544,11 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
     rest (the constant and one-bin rows: more digits, ties). Rows 10 and 11 hold lanes in every warp
     with exactly 2, 3 and 4 large values (equal and distinct ones: the two-pass kernel reads every
     lane with two or more at or above its bound again) and 100 lanes with three tokens tied at the
-    top. The tokens must equal the streaming kernel's for the filter kernel (1, 2, 4 CTAs per
-    row), the cluster kernel and the two-pass kernel (1, 2, 4; with two CTAs per SM: 1, 2)."""
+    top. k = 300 and 2048 put the same rows through the two-pass kernel's group maxima bound
+    (128 < k <= 2048): its gather overflows on the constant row and finds no bound on row 3 (the
+    radix path then), and reads only the batches that reach the bound elsewhere. The tokens must
+    equal the streaming kernel's for the filter kernel (1, 2, 4 CTAs per row), the cluster kernel
+    and the two-pass kernel (1, 2, 4; with two CTAs per SM: 1, 2)."""
     if src == "probs" and dtype != torch.float32:
         pytest.skip("probs are fp32")
     B, V = 12, 32768
@@ -599,7 +602,9 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
         larger = (xf > xf.gather(1, ref[:, None])).sum(1)
         assert bool((larger < k).all())
         assert not bool(torch.isnan(x.float().gather(1, ref[:, None])).any())  # never a NaN entry
-        for cl in (1001, 1002, 1004, 4, 3001, 3002, 3004, 4001, 4002):
+        # (the cluster kernel samples rows with k > 256 by rejection: the same distribution, another
+        # token; docs/kernels.md "Large k")
+        for cl in (1001, 1002, 1004) + ((4,) if k <= 256 else ()) + (3001, 3002, 3004, 4001, 4002):
             S._CLUSTER = cl
             got = fn()
             assert torch.equal(got, ref), (cl, (got != ref).nonzero().flatten().tolist())

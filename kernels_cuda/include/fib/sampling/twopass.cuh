@@ -9,8 +9,9 @@
 //     used): 8 with one CTA of 512 threads per SM (128 registers hold them), 4 in the build for two
 //     CTAs per SM (64 registers; from 256 rows, where one CTA streams while the other finishes).
 //     Rows with k <= kTpSeedMaxK keep each lane's largest value with its index and its second
-//     largest value; rows with a larger k count the keys' top 11 bits into a histogram. Both keep
-//     the joint sums.
+//     largest value; rows with kTpSeedMaxK < k <= kTpGroupMaxK the maxima of 8 groups of each
+//     thread's tokens (and, where they fit, each batch's maximum); larger k (none by default)
+//     count the keys' top 11 bits into a histogram. All keep the joint sums.
 //  2. k <= kTpSeedMaxK: the k-th largest of each warp's 8 (k <= 64) or 16 largest lane maxima
 //     bounds the slice's k-th largest from below (the lane maxima at or above it are k distinct
 //     tokens). A lane whose second value is
@@ -22,6 +23,13 @@
 //     bin, then every token in it or above (when they fit the buffer; else the next digits are
 //     counted in more passes), or for ties beyond the buffer an exact radix select over the
 //     slice's composites (kth_prefix over SliceSet). Exact for any row.
+//     kTpSeedMaxK < k <= kTpGroupMaxK: the k-th largest of the 4096 group maxima (two 11-bit
+//     histogram rounds, 22 key bits) bounds the slice's k-th largest from below; every token at
+//     or above it is gathered by one float compare per token, reading only the batches whose
+//     maximum reaches it (~2750 tokens at k = 2048 on random rows; more than the buffer holds, or
+//     fewer than k positive / finite maxima: the radix path). H200 against the histogram pass
+//     (results/sampling_twopass_largek_h200.json): B=512 V=128256 k=2048 238.5 -> 206.9 us, k=256
+//     181.1 -> 131.7.
 //  3. The merge and the tail are the filter kernel's: each set cut to at most Pk when it does not
 //     fit its place, written into a fixed slot of rank 0 over DSMEM, selected and sorted there,
 //     then min-p, exact top-p on integer prefix sums in either order, one Philox draw: the same
