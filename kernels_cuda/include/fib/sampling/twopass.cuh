@@ -28,8 +28,8 @@
 //     or above it is gathered by one float compare per token, reading only the batches whose
 //     maximum reaches it (~2750 tokens at k = 2048 on random rows; more than the buffer holds, or
 //     fewer than k positive / finite maxima: the radix path). H200 against the histogram pass
-//     (results/sampling_twopass_largek_h200.json): B=512 V=128256 k=2048 238.5 -> 206.9 us, k=256
-//     181.1 -> 131.7.
+//     (results/sampling_twopass_largek_h200.json): B=512 V=128256 k=2048 238.5 -> 208.1 us, k=256
+//     181.1 -> 132.4.
 //  3. The merge and the tail are the filter kernel's: each set cut to at most Pk when it does not
 //     fit its place, written into a fixed slot of rank 0 over DSMEM, selected and sorted there,
 //     then min-p, exact top-p on integer prefix sums in either order, one Philox draw: the same
