@@ -88,6 +88,13 @@ void prepare_kernel(DevInfo& d) {
   if (d.major >= 9) {
     check_cuda(cudaFuncSetAttribute(fs::sampler_kernel<DT>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
+    if constexpr (DT == fs::kF32) {  // the fp32 top-k calls' instantiation (16-bit vector maxima, 2a.)
+      check_cuda(cudaFuncSetAttribute(fs::sampler_kernel<DT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      d.optin - static_cast<int>(a.sharedSizeBytes)),
+                 "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, top-k)");
+      check_cuda(cudaFuncSetAttribute(fs::sampler_kernel<DT, true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+                 "cudaFuncSetAttribute(NonPortableClusterSizeAllowed, top-k)");
+    }
   }
   check_cuda(cudaFuncGetAttributes(&a, fs::stream_kernel<DT>), "cudaFuncGetAttributes(stream)");
   if (d.optin >= static_cast<int>(a.sharedSizeBytes + kStreamSmem)) {
@@ -422,7 +429,11 @@ void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    check_cuda(cudaLaunchKernelEx(&cfg, fs::sampler_kernel<DT>, p), "cudaLaunchKernelEx");
+    auto* kern = fs::sampler_kernel<DT>;
+    if constexpr (DT == fs::kF32) {
+      if (p.has_topk) kern = fs::sampler_kernel<DT, true>;
+    }
+    check_cuda(cudaLaunchKernelEx(&cfg, kern, p), "cudaLaunchKernelEx");
   } else {
     fs::sampler_kernel<DT><<<dim3(1, p.B, 1), fs::kThreads, c.smem, st>>>(p);
     check_cuda(cudaGetLastError(), "kernel launch");

@@ -528,6 +528,49 @@ def test_kernels_same_tokens_fixed_k(dtype, k):
         S._CLUSTER = old
 
 
+@pytest.mark.parametrize("V", [32000, 32003, 128256])
+@pytest.mark.parametrize("src", ["probs", "logits"])
+def test_cluster_listing_summary_same_tokens(src, V):
+    """The cluster kernel's candidate listing on fp32 resident slices reads a 16-bit maximum per
+    16-byte vector first and only the vectors that reach its bound (then the slice's tail tokens,
+    V=32003: the last rank of row 0, the only 16-byte aligned row there, has 3 of them). Random,
+    ascending, constant and one-bin rows and rows whose large values sit at vector and slice
+    edges; k from 1 to 2048; the tokens must equal the streaming kernel's under 2, 4 and 8 CTAs
+    per row, in both orders, except where the cluster kernel samples by rejection (k > 1024, joint
+    rows with k > 256: there no draw may fall outside the top-k)."""
+    B = 8
+    gen = torch.Generator(device=DEV).manual_seed(V + (src == "logits"))
+    lg = torch.randn(B, V, generator=gen, device=DEV) * 3
+    lg[1] = torch.sort(lg[1]).values  # ascending: every candidate in the last vectors
+    lg[2] = 0.25  # constant: ties everywhere (the lower index wins)
+    lg[3] = 1.0 + torch.rand(V, generator=gen, device=DEV) * 1e-3  # one 11-bit key bin
+    lg[4] = -5.0
+    edges = [0, 1, 3, 4, 7, V // 2 - 1, V // 2, V // 4 - 1, V // 4, V - 4, V - 3, V - 1]
+    lg[4, edges] = torch.linspace(4.0, 6.0, len(edges), device=DEV)
+    lg[5, ::977] += 6.0  # strided large values
+    x = lg if src == "logits" else torch.softmax(lg, -1)
+    fn_name = "top_k_top_p_sampling_from_" + src
+    p = torch.full((B,), 0.9, device=DEV)
+    old = S._CLUSTER
+    try:
+        for k in (1, 50, 200, 1000, 2048):
+            for order in ("top_k_first", "joint"):
+                fn = lambda: getattr(S, fn_name)(x, k, p, seed=9, offset=4, filter_apply_order=order)
+                S._CLUSTER = -1
+                ref = fn()
+                for cl in (2, 4, 8):
+                    S._CLUSTER = cl
+                    got = fn()
+                    if k > 1024 or (order == "joint" and k > 256):  # (rejection sampling: the support only)
+                        xf = x.float()
+                        larger = (xf > xf.gather(1, got[:, None])).sum(1)
+                        assert bool((larger < k).all()), (k, cl)
+                    else:
+                        assert torch.equal(got, ref), (k, order, cl, (got != ref).nonzero().flatten().tolist())
+    finally:
+        S._CLUSTER = old
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("src", ["logits", "probs"])
 @pytest.mark.parametrize("order", ["top_k_first", "joint"])

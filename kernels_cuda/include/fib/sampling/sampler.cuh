@@ -783,7 +783,7 @@ __device__ __forceinline__ void vec_keys(const uint4 r, bool logits, uint32_t (&
 
 // One row (the slice `rank` of S) of the general algorithm. Called by the cluster kernel, and by
 // the streaming kernel (S = 1, not resident) for rows it does not handle itself.
-template <int DT>
+template <int DT, bool SUMM = false>
 __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, const int row, const uint32_t rank,
                                            const uint32_t S, const int chunk, const bool resident_in) {
   bool resident = resident_in;  // (cleared when a top-p row of a histogram-free layout needs its histograms)
@@ -875,6 +875,18 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 #define FIB_KEY(i) (resident ? skeys[(i)] : gkey(i))
 
   uint32_t* cnt0 = reinterpret_cast<uint32_t*>(hist);
+  // SUMM (sampler_kernel<DT, true>: top-k calls on sm_90): for fp32 resident slices of rows that
+  // can take 2a.'s listing (k within the candidate path's reach, not a joint row with top-p, which
+  // sums every weight in the same pass), the top 16 key bits of each 16-byte vector's largest key,
+  // in the half of histogram buffer 1 that the candidate list leaves free. 2a. then reads one u16
+  // per vector and only the vectors that reach its bound (a bin boundary: key >= L <=> key >> 16
+  // >= L >> 16). A separate instantiation: the same code inlined into every path of the one
+  // kernel moved unrelated paths by 1-4% (top-p / min-p at B=512, benchmarks/results/
+  // sampling_ab_summary_h200.json).
+  uint16_t* const summ = reinterpret_cast<uint16_t*>(reinterpret_cast<unsigned char*>(hbuf(1)) + kCand * 8);
+  const int kcand = p.rej_min_k > 0 && p.rej_min_k < kCand ? p.rej_min_k : kCand;
+  const bool summ_ok = SUMM && tma && use_k && k <= kcand && !(use_p && p.joint) &&
+                       p.hist_bytes >= 2 * kHistBufBytes && nv * 2 <= kHistBufBytes - kCand * 8;
   if (p.hist_bytes)
     for (int b = tid; b < kBins; b += kThreads) cnt0[b] = 0u;
   if (tid == 0) sh_max = 0u;
@@ -889,8 +901,14 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     for (int vi = tma ? tid : nv; vi < nv; vi += kThreads) {  // (the vectors of the register path below)
       uint32_t kk[VEC];
       vec_keys<DT>(sk4[vi], logits, kk);
+      if constexpr (SUMM) {
+        const uint32_t vm = max(max(kk[0], kk[1]), max(kk[2], kk[3]));
+        dkey = max(dkey, vm);
+        if (summ_ok) summ[vi] = static_cast<uint16_t>(vm >> 16);
+      } else {
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) dkey = max(dkey, kk[j]);
+        for (int j = 0; j < VEC; ++j) dkey = max(dkey, kk[j]);
+      }
       sk4[vi] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
     }
 #endif
@@ -1026,7 +1044,20 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
             list[pos] = (static_cast<uint64_t>(key) << 32) | (0xffffffffu - static_cast<uint32_t>(start + i));
         }
       };
-      if (resident && (n & 3) == 0) {  // resident keys, 4 per shared-memory load
+      if (summ_ok && !need_all) {  // the vectors whose largest key reaches L, then the tail keys
+        const uint4* sk4 = reinterpret_cast<const uint4*>(skeys);
+        const uint32_t L16 = L >> 16;
+        for (int v = tid; v < nv; v += kThreads) {
+          if (summ[v] >= L16) {
+            const uint4 q = sk4[v];
+            visit(q.x, 4 * v);
+            visit(q.y, 4 * v + 1);
+            visit(q.z, 4 * v + 2);
+            visit(q.w, 4 * v + 3);
+          }
+        }
+        for (int i = nv * 4 + tid; i < n; i += kThreads) visit(skeys[i], i);
+      } else if (resident && (n & 3) == 0) {  // resident keys, 4 per shared-memory load
         const uint4* sk4 = reinterpret_cast<const uint4*>(skeys);
         for (int v = tid; v < (n >> 2); v += kThreads) {
           const uint4 q = sk4[v];
@@ -1477,13 +1508,17 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 #undef FIB_KEY
 }
 
-template <int DT>
+template <int DT, bool SUMM = false>
 __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
   // 128-byte aligned: the TMA destinations (ring stages, resident keys) start on a 128-byte line
   // whatever the static shared memory's size; at a 16-byte offset (static size 8528) the filter
   // kernel was 3-6% slower on the H200 (benchmarks/results/sampling_ab_early_tma_h200.json)
   extern __shared__ __align__(128) unsigned char dsm[];
-  sample_row<DT>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
+#if FIB_HAS_CLUSTER
+  sample_row<DT, SUMM>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
+#else
+  if constexpr (!SUMM) sample_row<DT>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
+#endif  // (SUMM: launched on sm_90 only)
 }
 
 }  // namespace sampling
