@@ -148,7 +148,11 @@ for b in range(1, 21):
 print("ready", tracer.stats()["pending"], flush=True)
 if mode == "exit":
     sys.exit(0)
-time.sleep(60)
+# An engine's main thread wakes often; one long sleep would race the signal: a SIGTERM landing
+# after the last eval-breaker check but before the sleep syscall runs its Python handler only
+# when the sleep ends (CPython runs handlers on the main thread, between bytecodes).
+for _ in range(600):
+    time.sleep(0.1)
 """
 
 
