@@ -535,10 +535,12 @@ def test_cluster_listing_summary_same_tokens(src, V):
     16-byte vector first and only the vectors that reach its bound (then the slice's tail tokens,
     V=32003: the last rank of row 0, the only 16-byte aligned row there, has 3 of them). Random,
     ascending, constant and one-bin rows and rows whose large values sit at vector and slice
-    edges; k from 1 to 2048; the tokens must equal the streaming kernel's under 2, 4 and 8 CTAs
+    edges; logits rows at, inside and past the edges of the logit bins' window (bin-edge values
+    with the float just below each, all above 2^10, all within +-2^-6, all below -2^10, log-uniform
+    magnitudes of both signs); k from 1 to 2048; the tokens must equal the streaming kernel's under 2, 4 and 8 CTAs
     per row, in both orders, except where the cluster kernel samples by rejection (k > 1024, joint
     rows with k > 256: there no draw may fall outside the top-k)."""
-    B = 8
+    B = 12
     gen = torch.Generator(device=DEV).manual_seed(V + (src == "logits"))
     lg = torch.randn(B, V, generator=gen, device=DEV) * 3
     lg[1] = torch.sort(lg[1]).values  # ascending: every candidate in the last vectors
@@ -548,6 +550,22 @@ def test_cluster_listing_summary_same_tokens(src, V):
     edges = [0, 1, 3, 4, 7, V // 2 - 1, V // 2, V // 4 - 1, V // 4, V - 4, V - 3, V - 1]
     lg[4, edges] = torch.linspace(4.0, 6.0, len(edges), device=DEV)
     lg[5, ::977] += 6.0  # strided large values
+    # logits rows around the logit bins' window (|x| in [2^-6, 2^10), 6 mantissa bits): all above
+    # it (one saturated bin), all inside the innermost bins of both signs, all below -2^10 (no
+    # bound: the radix path), and log-uniform magnitudes of both signs across and past both edges,
+    # with exact bin edges, +-2^-6, +-2^10 and +-0 among them
+    e = torch.tensor([9.0, 9.125, 9.25], device=DEV)  # logit-bin edges in [8, 16), and the floats below
+    near = torch.cat([e, torch.nextafter(e, torch.full_like(e, -1e9))])
+    lg[6, torch.randperm(V, generator=gen, device=DEV)[:len(near) * 30]] = near.repeat(30)
+    lg[8] = 1500.0 + torch.randn(V, generator=gen, device=DEV) * 20
+    lg[9] = torch.randn(V, generator=gen, device=DEV) * 1e-3
+    lg[10] = -3000.0 + torch.randn(V, generator=gen, device=DEV) * 50
+    mag = torch.exp2(torch.rand(V, generator=gen, device=DEV) * 20 - 8)
+    sgn = torch.where(torch.rand(V, generator=gen, device=DEV) < 0.5, -1.0, 1.0)
+    lg[11] = mag * sgn
+    edge_vals = torch.tensor([2.0 ** -6, -(2.0 ** -6), 2.0 ** 10, -(2.0 ** 10), 0.0, -0.0, 1.0 + 2.0 ** -6,
+                              1.0 + 2.0 ** -7, 4.0 - 2.0 ** -5, 1023.0, 1024.0 - 2.0 ** -4], device=DEV)
+    lg[11, torch.randperm(V, generator=gen, device=DEV)[:len(edge_vals) * 20]] = edge_vals.repeat(20)
     x = lg if src == "logits" else torch.softmax(lg, -1)
     fn_name = "top_k_top_p_sampling_from_" + src
     p = torch.full((B,), 0.9, device=DEV)

@@ -127,6 +127,30 @@ __device__ __forceinline__ uint64_t hist_at(const T* buf, int b) {
 constexpr int kGroups = kBins / 32;  // 64 coarse groups of 32 bins
 constexpr int kCand = kBins;         // candidate path: at most 2048 kept tokens (fits one hist buffer)
 
+// Logit bins of the cluster kernel's delegate histogram (sampler_kernel<kF32, true>, logits rows).
+// The 11-bit key digit keeps 2 mantissa bits: logits of one binade fall in 4 bins (randn * 4 at
+// V=32000: the bin of the 50th largest, [8, 10), holds 175-211 tokens, and ranking them cost
+// 1.6-2.1 us). These bins keep 6 mantissa bits over |x| in [2^-6, 2^10): 1024 bins per sign,
+// monotone in the key (smaller magnitudes share the innermost bin of their sign, larger ones the
+// outermost), and every bin starts at a key with 17 low zero bits, so the listing's bound stays
+// exact for the 16-bit vector maxima. Rows outside the window stay exact, only with more
+// candidates (or the radix path, whose bound is this one rounded down to an 11-bit digit).
+constexpr int kLogitF0 = (127 - 6) << 6;  // (exponent << 6 | 6 mantissa bits) of 2^-6
+__device__ __forceinline__ int logit_bin(uint32_t key) {
+  const uint32_t h = key >> 16;  // sign, exponent, 7 mantissa bits (f2key order)
+  if (h >= 0x8000u) return 1024 + min(max(static_cast<int>((h - 0x8000u) >> 1) - kLogitF0, 0), 1023);
+  return 1023 - min(max(static_cast<int>((0x7fffu - h) >> 1) - kLogitF0, 0), 1023);
+}
+// The smallest key whose logit_bin is >= b (0 <= b < 2048).
+__device__ __forceinline__ uint32_t logit_bin_floor(int b) {
+  if (b >= 1024) {
+    const int j = b - 1024;
+    return j == 0 ? 0x80000000u : (0x8000u + (static_cast<uint32_t>(kLogitF0 + j) << 1)) << 16;
+  }
+  if (b == 0) return 0u;
+  return (0x7ffeu - 2u * static_cast<uint32_t>(kLogitF0 + 1023 - b)) << 16;
+}
+
 // Coarse sums of a local histogram (32 bins per group), written before the cluster barrier so
 // that other CTAs read 64 + 32 values per rank instead of 2048.
 template <class T>
@@ -944,7 +968,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       dkey = max(dkey, key);
     }
   }
-  if (use_k && dkey) atomicAdd(&cnt0[dkey >> 21], 1u);
+  if (use_k && dkey) atomicAdd(&cnt0[(SUMM && logits) ? logit_bin(dkey) : static_cast<int>(dkey >> 21)], 1u);
   {
     uint32_t wm = __reduce_max_sync(0xffffffffu, dkey);
     if (lane == 0) atomicMax(&sh_max, wm);
@@ -1025,7 +1049,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   if (use_k) {
     cluster_select(cnt0, sh_csum[0], S, static_cast<uint64_t>(k), &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp,
                    &sh_gabove, sh_pcsum);
-    const uint32_t L = sh_b >= 0 ? (static_cast<uint32_t>(sh_b) << 21) : 0u;
+    const uint32_t L = sh_b < 0 ? 0u : (SUMM && logits) ? logit_bin_floor(sh_b) : (static_cast<uint32_t>(sh_b) << 21);
     FIB_PROF(3);
     // ---- 2a. direct candidates: when at most 2048 tokens of the row lie at or above L (the usual
     // case for k up to a few hundred), gather them into rank 0 and select exactly there (sorted by
@@ -1134,6 +1158,9 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         return;
       }
     }
+    // (the radix digits are 11 bits: their bound is L rounded down to one; a lower bound of the
+    // k-th key still, and a digit boundary, so a whole kept bucket lies at or above it)
+    const uint32_t Lr = (SUMM && logits) ? (L & 0xffe00000u) : L;
     uint32_t prefix = 0, mask = 0;
     uint64_t rem = static_cast<uint64_t>(k);
     for (int pass = 0; pass < 3; ++pass) {
@@ -1146,7 +1173,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       __syncthreads();
       for (int i = tid; i < n; i += kThreads) {
         uint32_t key = FIB_KEY(i);
-        if (key >= L && (key & mask) == prefix) atomicAdd(&cnt[(key >> shift) & dmask], 1u);
+        if (key >= Lr && (key & mask) == prefix) atomicAdd(&cnt[(key >> shift) & dmask], 1u);
       }
       __syncthreads();
       build_coarse(cnt, cs);
