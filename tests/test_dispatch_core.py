@@ -367,7 +367,9 @@ def test_reload_swaps_winner_while_calls_run(tmp_path):
     t = threading.Thread(target=worker)
     t.start()
     try:
-        time.sleep(0.05)
+        deadline = time.time() + 5  # the worker has dispatched before the swap (a loaded host)
+        while time.time() < deadline and len(seen) < 3:
+            time.sleep(0.01)
         write_traces(root, [trace("sol_a", 8, lat=1.0), trace("sol_b", 8, lat=0.1)])
         assert reload() is True
         deadline = time.time() + 5

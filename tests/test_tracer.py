@@ -222,10 +222,10 @@ def test_rate_limit(root):
     assert sum(kept) == 3
     assert tracer.stats()["dropped"] == {"rate_limit": 7}
     tracer.disable()
-    _enable(root.parent / "t2", rate_limit=50.0, burst=1)
+    _enable(root.parent / "t2", rate_limit=4.0, burst=1)  # (a token per 250 ms: a loaded host's pauses fit)
     assert tracer.record(GATHER, call(1, 1))
     assert not tracer.record(GATHER, call(2, 1))        # bucket empty
-    time.sleep(0.05)                                     # 2.5 tokens later
+    time.sleep(0.3)                                      # 1.2 tokens later (burst 1)
     assert tracer.record(GATHER, call(2, 1))            # a rate drop does not close the signature
 
 
