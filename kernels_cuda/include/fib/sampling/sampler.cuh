@@ -14,8 +14,8 @@
 //     equal value are kept or dropped together. total = kept mass after top-k ("top_k_first",
 //     renormalised) or the whole row ("joint", unrenormalised). Top-p alone (top_p >= 0.25)
 //     first tries rejection: up to four rounds of four candidates drawn from the whole row, each
-//     round checked against the same rule in one pass (4r.); the exact radix path runs only when
-//     all sixteen fall outside. The same rounds serve large k (reject_rounds): top_k_first rows
+//     round checked against the same rule in one pass over candidates 0-1 and, when both fall
+//     outside, one over 2-3 (4r.); the exact radix path runs only when all sixteen fall outside. The same rounds serve large k (reject_rounds): top_k_first rows
 //     with k > rej_min_k draw from the kept top-k (4r., no gather or sort of the k tokens), peaked
 //     joint rows with k > rej_joint_min_k draw from the whole row and check each candidate's top-k
 //     rank, min-p and nucleus in the same pass (1r., before any select).
@@ -338,14 +338,29 @@ __device__ __forceinline__ uint64_t span_masses(const uint32_t* keys, bool resid
                                                 uint64_t* base) {
   uint64_t m = 0;
   const bool all = lo == 0u && cut == 0x7fffffff;  // every key kept (plain, top-p candidates)
-  for_span4(keys, resident, key_at, sp, [&](const uint32_t (&k)[4], int j, int cnt) {
-    if (all || max(max(k[0], k[1]), max(k[2], k[3])) >= lo) {  // (skips the weights of dropped quads)
-      uint64_t w[4];
-      weights4(k, wc, w);
+  // The row's kind is chosen once, outside the loop: with weights4's branch inside it, each quad's
+  // weights sat in their own basic block and the quads' loads, conversions and adds did not
+  // overlap (H200, one CTA, 16032 resident fp32 keys: 1.45 -> 1.04 us from probs, 1.75 -> 1.35
+  // from logits; benchmarks/sampling_span_probe.cu, results/sampling_topp_chain_h200.json).
+  auto pass = [&](auto kind_tag) {
+    constexpr int KIND = decltype(kind_tag)::value;
+    for_span4(keys, resident, key_at, sp, [&](const uint32_t (&k)[4], int j, int cnt) {
+      if (all || max(max(k[0], k[1]), max(k[2], k[3])) >= lo) {  // (skips the weights of dropped quads)
 #pragma unroll
-      for (int t = 0; t < 4; ++t) m += (t < cnt && kept_pred(k[t], j + t, lo, cut)) ? w[t] : 0ull;
-    }
-  });
+        for (int t = 0; t < 4; ++t) {
+          const uint64_t w = KIND == 1 ? weight_probs(k[t], wc) : (KIND == 0 ? weight_logits(k[t], wc) : weight_of(k[t], wc));
+          m += (t < cnt && kept_pred(k[t], j + t, lo, cut)) ? w : 0ull;
+        }
+      }
+    });
+  };
+  if (wc.kind == 1) {
+    pass(std::integral_constant<int, 1>{});
+  } else if (wc.kind == 0) {
+    pass(std::integral_constant<int, 0>{});
+  } else {
+    pass(std::integral_constant<int, 2>{});
+  }
   uint64_t cta;
   *ex = block_excl_scan_u64(m, scratch, &cta);
   *mine = m;
@@ -872,8 +887,15 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   cl_arrive_relaxed();
   // the row's kTagDraw random, computed while the slice is in flight (its seed and offset are global
   // loads): every draw of a kept set in this row without a retry uses it
-  __shared__ uint64_t sh_rnd;
-  if (tid == 32) sh_rnd = row_random64(row_seed(p, row), row_offset(p, row), static_cast<uint32_t>(row), kTagDraw);
+  // and the next 128 bits of that block plus the kTagCand block: the first rejection round's four
+  // candidates of top-p alone (4r.)
+  __shared__ uint64_t sh_rnd, sh_rc[4];
+  if (tid == 32) {
+    row_random128(row_seed(p, row), row_offset(p, row), static_cast<uint32_t>(row), kTagDraw, &sh_rc[0], &sh_rc[1]);
+    sh_rnd = sh_rc[0];
+  } else if (tid == 64) {
+    row_random128(row_seed(p, row), row_offset(p, row), static_cast<uint32_t>(row), kTagCand, &sh_rc[2], &sh_rc[3]);
+  }
 
   // ---- per-row parameters
   int k = row_top_k(p, row);
@@ -1313,13 +1335,21 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       const uint64_t seed = row_seed(p, row), off = row_offset(p, row);
       const double tt = ceil(static_cast<double>(tp) * static_cast<double>(total));
       const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
-      // up to kRejRounds rounds of four candidates (the spans' masses above serve every round)
+      // up to kRejRounds rounds of four candidates (the spans' masses above serve every round).
+      // Each round's candidates are checked two at a time, in draw order: the first pass sums the
+      // masses above candidates 0 and 1 only, and the pass for 2 and 3 runs only when both fall
+      // outside (probability (1 - top_p)^2 per round). The same first accepted candidate, so the
+      // same token, as one pass over all four; the pass costs ~2/3 of one over four (H200, one CTA,
+      // 16032 resident keys: 3.3 -> 2.1 us).
       for (int round = 0; round < kRejRounds; ++round) {
         uint64_t r[4];
-        row_random128(seed, off, static_cast<uint32_t>(row), round == 0 ? kTagDraw : kTagRound + 2u * round, &r[0],
-                      &r[1]);
-        row_random128(seed, off, static_cast<uint32_t>(row), round == 0 ? kTagCand : kTagRound + 2u * round + 1u,
-                      &r[2], &r[3]);
+        if (round == 0) {  // (computed during the load, sh_rnd's block and the next)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) r[c] = sh_rc[c];
+        } else {
+          row_random128(seed, off, static_cast<uint32_t>(row), kTagRound + 2u * round, &r[0], &r[1]);
+          row_random128(seed, off, static_cast<uint32_t>(row), kTagRound + 2u * round + 1u, &r[2], &r[3]);
+        }
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const uint64_t tgt = __umul64hi(r[c], total);
@@ -1335,38 +1365,44 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         uint32_t ck[4];
 #pragma unroll
         for (int c = 0; c < 4; ++c) ck[c] = static_cast<uint32_t>(sh_cand[c] >> 32);
-        const uint32_t cmin = min(min(ck[0], ck[1]), min(ck[2], ck[3]));
-        uint64_t A[4] = {0ull, 0ull, 0ull, 0ull};
-        for_span4(skeys, resident, key_at, sp, [&](const uint32_t (&k)[4], int, int cnt) {
-          if (max(max(k[0], k[1]), max(k[2], k[3])) <= cmin) return;  // no key above any candidate
-          uint64_t w[4];
-          weights4(k, wc, w);
-#pragma unroll
-          for (int t = 0; t < 4; ++t) {
-            const uint64_t wt = t < cnt ? w[t] : 0ull;
-#pragma unroll
-            for (int c = 0; c < 4; ++c) A[c] += k[t] > ck[c] ? wt : 0ull;
-          }
-        });
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const uint64_t v = warp_sum_u64(A[c]);
-          if (lane == 0) sh_r4[c][wid] = v;
-        }
-        __syncthreads();
-        FIB_PROF(13);
-        if (tid < 4) {
-          uint64_t v = 0;
-          for (int w = 0; w < kWarps; ++w) v += sh_r4[tid][w];
-          for (uint32_t q = 0; q < S; ++q) *cl_remote(&sh_rsum[rank][tid], q) = v;
-        }
-        cl_sync();  // (also: every rank has read this round's sh_cand)
-        FIB_PROF(14);
         int acc = -1;
-        for (int c = 0; c < 4 && acc < 0; ++c) {
-          uint64_t a = 0;
-          for (uint32_t q = 0; q < S; ++q) a += sh_rsum[q][c];
-          if (a < target) acc = c;
+#pragma unroll 1
+        for (int h = 0; h < 4 && acc < 0; h += 2) {
+          const uint32_t ca = h == 0 ? ck[0] : ck[2], cb = h == 0 ? ck[1] : ck[3];
+          const uint32_t cmin = min(ca, cb);
+          uint64_t A0 = 0ull, A1 = 0ull;
+          for_span4(skeys, resident, key_at, sp, [&](const uint32_t (&k)[4], int, int cnt) {
+            if (max(max(k[0], k[1]), max(k[2], k[3])) <= cmin) return;  // no key above either candidate
+            uint64_t w[4];
+            weights4(k, wc, w);
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+              const uint64_t wt = t < cnt ? w[t] : 0ull;
+              A0 += k[t] > ca ? wt : 0ull;
+              A1 += k[t] > cb ? wt : 0ull;
+            }
+          });
+          {
+            const uint64_t v0 = warp_sum_u64(A0), v1 = warp_sum_u64(A1);
+            if (lane == 0) {
+              sh_r4[h][wid] = v0;
+              sh_r4[h + 1][wid] = v1;
+            }
+          }
+          __syncthreads();
+          FIB_PROF(13);
+          if (tid < 2) {
+            uint64_t v = 0;
+            for (int w = 0; w < kWarps; ++w) v += sh_r4[h + tid][w];
+            for (uint32_t q = 0; q < S; ++q) *cl_remote(&sh_rsum[rank][h + tid], q) = v;
+          }
+          cl_sync();  // (also: every rank has read this round's sh_cand, and sh_r4 is free again)
+          FIB_PROF(14);
+          for (int c = h; c < h + 2 && acc < 0; ++c) {
+            uint64_t a = 0;
+            for (uint32_t q = 0; q < S; ++q) a += sh_rsum[q][c];
+            if (a < target) acc = c;
+          }
         }
         if (acc >= 0) {  // (cluster-uniform) no remote access follows
           if (rank == 0 && tid == 0) p.out_idx[row] = static_cast<int64_t>(static_cast<uint32_t>(sh_cand[acc]));
