@@ -1114,12 +1114,34 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         for (int i = nv * 4 + tid; i < n; i += kThreads) visit(skeys[i], i);
       } else if (resident && (n & 3) == 0) {  // resident keys, 4 per shared-memory load
         const uint4* sk4 = reinterpret_cast<const uint4*>(skeys);
-        for (int v = tid; v < (n >> 2); v += kThreads) {
-          const uint4 q = sk4[v];
-          visit(q.x, 4 * v);
-          visit(q.y, 4 * v + 1);
-          visit(q.z, 4 * v + 2);
-          visit(q.w, 4 * v + 3);
+        // joint rows sum every weight here: the row's kind is chosen outside the loop (as in
+        // span_masses: weight_of's branch per key kept the keys' conversions from overlapping)
+        auto scan = [&](auto kind_tag) {
+          constexpr int KIND = decltype(kind_tag)::value;  // -1: no weights (not joint)
+          for (int v = tid; v < (n >> 2); v += kThreads) {
+            const uint4 q = sk4[v];
+            const uint32_t kq[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+              if constexpr (KIND == 1) wall += weight_probs(kq[t], wc);
+              else if constexpr (KIND == 0) wall += weight_logits(kq[t], wc);
+              else if constexpr (KIND == 2) wall += weight_of(kq[t], wc);
+              if (kq[t] >= L) {
+                const int pos = atomicAdd(&sh_cnt, 1);
+                if (pos < kCand)
+                  list[pos] = (static_cast<uint64_t>(kq[t]) << 32) | (0xffffffffu - static_cast<uint32_t>(start + 4 * v + t));
+              }
+            }
+          }
+        };
+        if (!need_all) {
+          scan(std::integral_constant<int, -1>{});
+        } else if (wc.kind == 1) {
+          scan(std::integral_constant<int, 1>{});
+        } else if (wc.kind == 0) {
+          scan(std::integral_constant<int, 0>{});
+        } else {
+          scan(std::integral_constant<int, 2>{});
         }
       } else if (!resident && vec_ok) {
         // slices read from global memory (L2 after the load pass): 16-byte vectors, 4 per thread
