@@ -632,18 +632,14 @@ __device__ __forceinline__ int64_t reject_rounds(const Params& p, int row, int64
     }
     cl_sync();  // (also: every rank has read the previous round's sums)
     FIB_PROF(12);
-    uint32_t ck[4], ci[4];
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      ck[c] = static_cast<uint32_t>(cand[c] >> 32);
-      ci[c] = static_cast<uint32_t>(cand[c]);
-    }
     // candidates 0-1, then 2-3 only when both fall outside (as in 4r.: the same first accepted
-    // candidate as one pass over all four, at ~2/3 of its cost)
+    // candidate as one pass over all four, at ~2/3 of its cost). Each pass reads its two candidates
+    // from shared memory (not four held in registers across both passes: fewer spills); they stay
+    // there until the first rank passes the pass's barrier.
 #pragma unroll 1
     for (int h = 0; h < 4; h += 2) {
-      const uint32_t ka = h == 0 ? ck[0] : ck[2], kb = h == 0 ? ck[1] : ck[3];
-      const uint32_t ia = h == 0 ? ci[0] : ci[2], ib = h == 0 ? ci[1] : ci[3];
+      const uint32_t ka = static_cast<uint32_t>(cand[h] >> 32), kb = static_cast<uint32_t>(cand[h + 1] >> 32);
+      const uint32_t ia = static_cast<uint32_t>(cand[h]), ib = static_cast<uint32_t>(cand[h + 1]);
       const uint32_t cmin = min(ka, kb);
       uint64_t A0 = 0ull, A1 = 0ull, C0 = 0ull, C1 = 0ull;
       for_span4(skeys, resident, key_at, sp, [&](const uint32_t (&k)[4], int j, int cnt) {
@@ -691,14 +687,16 @@ __device__ __forceinline__ int64_t reject_rounds(const Params& p, int row, int64
       }
       cl_sync();  // (also: every rank has read this round's candidates)
       FIB_PROF(14);
+      // (the candidates' keys and indices from the registers read before the barrier: once a rank
+      // has passed it, it may already write the next round's candidates into this CTA's `cand`)
       for (int c = h; c < h + 2; ++c) {
         uint64_t a = 0, n = 0;
         for (uint32_t q = 0; q < S; ++q) {
           a += rsum[q][c];
           n += rcnt[q][c];
         }
-        if (a < target && (!RANK || n < static_cast<uint64_t>(rank_k)) && ck[c] >= kmin)
-          return static_cast<int64_t>(ci[c]);  // (cluster-uniform) no remote access follows
+        if (a < target && (!RANK || n < static_cast<uint64_t>(rank_k)) && (c == h ? ka : kb) >= kmin)
+          return static_cast<int64_t>(c == h ? ia : ib);  // (cluster-uniform) no remote access follows
       }
     }
   }
@@ -1393,13 +1391,10 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         }
         cl_sync();  // (also: every rank has read the previous round's sh_rsum)
         FIB_PROF(12);
-        uint32_t ck[4];
-#pragma unroll
-        for (int c = 0; c < 4; ++c) ck[c] = static_cast<uint32_t>(sh_cand[c] >> 32);
         int acc = -1;
 #pragma unroll 1
         for (int h = 0; h < 4 && acc < 0; h += 2) {
-          const uint32_t ca = h == 0 ? ck[0] : ck[2], cb = h == 0 ? ck[1] : ck[3];
+          const uint32_t ca = static_cast<uint32_t>(sh_cand[h] >> 32), cb = static_cast<uint32_t>(sh_cand[h + 1] >> 32);
           const uint32_t cmin = min(ca, cb);
           uint64_t A0 = 0ull, A1 = 0ull;
           for_span4(skeys, resident, key_at, sp, [&](const uint32_t (&k)[4], int, int cnt) {
