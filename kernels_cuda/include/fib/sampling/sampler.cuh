@@ -635,7 +635,8 @@ __device__ __forceinline__ int64_t reject_rounds(const Params& p, int row, int64
     // candidates 0-1, then 2-3 only when both fall outside (as in 4r.: the same first accepted
     // candidate as one pass over all four, at ~2/3 of its cost). Each pass reads its two candidates
     // from shared memory (not four held in registers across both passes: fewer spills); they stay
-    // there until the first rank passes the pass's barrier.
+    // there until the first rank passes the round's last barrier (then the next round's owners
+    // write theirs), so the decision after a barrier uses the registers read before it.
 #pragma unroll 1
     for (int h = 0; h < 4; h += 2) {
       const uint32_t ka = static_cast<uint32_t>(cand[h] >> 32), kb = static_cast<uint32_t>(cand[h + 1] >> 32);
