@@ -10,6 +10,33 @@
 #include <type_traits>
 #include "fib/sampling/sampler.cuh"
 using namespace fib::sampling;
+// The rejection check with the row's kind chosen outside the loop, over the first NC candidates:
+// the XOR of their masses of strictly larger keys.
+template <int NC, class WC>
+__device__ uint64_t check_hoisted(const uint32_t* keys, Span sp, const WC& wc, const uint32_t (&ck)[4]) {
+  auto key_at = [&](int i) -> uint32_t { return keys[i]; };
+  uint32_t cmin = ck[0];
+#pragma unroll
+  for (int c = 1; c < NC; ++c) cmin = min(cmin, ck[c]);
+  uint64_t A[NC] = {};
+  auto body = [&](auto probs_tag) {
+    for_span4(keys, true, key_at, sp, [&](const uint32_t (&k)[4], int, int cnt) {
+      if (max(max(k[0], k[1]), max(k[2], k[3])) <= cmin) return;
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const uint64_t w = decltype(probs_tag)::value ? weight_probs(k[t], wc) : weight_logits(k[t], wc);
+        const uint64_t wt = t < cnt ? w : 0ull;
+#pragma unroll
+        for (int c = 0; c < NC; ++c) A[c] += k[t] > ck[c] ? wt : 0ull;
+      }
+    });
+  };
+  if (wc.kind == 1) body(std::true_type{}); else body(std::false_type{});
+  uint64_t x = 0;
+#pragma unroll
+  for (int c = 0; c < NC; ++c) x ^= A[c];
+  return x;
+}
 template <int MODE>
 __global__ void __launch_bounds__(kThreads, 2) kspan(const float* __restrict__ x, int n, unsigned long long* out, int reps, int kind) {
   extern __shared__ uint32_t keys[];
@@ -46,39 +73,8 @@ __global__ void __launch_bounds__(kThreads, 2) kspan(const float* __restrict__ x
       };
       if (wc.kind == 1) body(std::true_type{}); else body(std::false_type{});
       acc += m;
-    } else if constexpr (MODE == 3) {  // check, kind hoisted
-      uint64_t A[4] = {0ull, 0ull, 0ull, 0ull};
-      auto body = [&](auto probs_tag) {
-        for_span4(keys, true, key_at, sp, [&](const uint32_t (&k)[4], int, int cnt) {
-          if (max(max(k[0], k[1]), max(k[2], k[3])) <= cmin) return;
-#pragma unroll
-          for (int t = 0; t < 4; ++t) {
-            const uint64_t w = decltype(probs_tag)::value ? weight_probs(k[t], wc) : weight_logits(k[t], wc);
-            const uint64_t wt = t < cnt ? w : 0ull;
-#pragma unroll
-            for (int c = 0; c < 4; ++c) A[c] += k[t] > ck[c] ? wt : 0ull;
-          }
-        });
-      };
-      if (wc.kind == 1) body(std::true_type{}); else body(std::false_type{});
-      acc += A[0] ^ A[1] ^ A[2] ^ A[3];
-    } else if constexpr (MODE == 4) {  // check, kind hoisted, 2 candidates
-      uint64_t A[2] = {0ull, 0ull};
-      const uint32_t cm2 = min(ck[0], ck[1]);
-      auto body = [&](auto probs_tag) {
-        for_span4(keys, true, key_at, sp, [&](const uint32_t (&k)[4], int, int cnt) {
-          if (max(max(k[0], k[1]), max(k[2], k[3])) <= cm2) return;
-#pragma unroll
-          for (int t = 0; t < 4; ++t) {
-            const uint64_t w = decltype(probs_tag)::value ? weight_probs(k[t], wc) : weight_logits(k[t], wc);
-            const uint64_t wt = t < cnt ? w : 0ull;
-#pragma unroll
-            for (int c = 0; c < 2; ++c) A[c] += k[t] > ck[c] ? wt : 0ull;
-          }
-        });
-      };
-      if (wc.kind == 1) body(std::true_type{}); else body(std::false_type{});
-      acc += A[0] ^ A[1];
+    } else if constexpr (MODE == 3 || MODE == 4) {  // check, kind hoisted, over 4 / 2 candidates
+      acc += check_hoisted<MODE == 3 ? 4 : 2>(keys, sp, wc, ck);
     } else {  // the 4r. check loop
       uint64_t A[4] = {0ull, 0ull, 0ull, 0ull};
       for_span4(keys, true, key_at, sp, [&](const uint32_t (&k)[4], int, int cnt) {
