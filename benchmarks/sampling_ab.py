@@ -55,7 +55,8 @@ PROFILE = [(1, 128256, 50, 1001), (1, 128256, 50, 1004), (16, 128256, 50, 1008),
            (512, 128256, 50, 1001), (512, 128256, 2048, 1001), (512, 32000, 50, 1001), (256, 32000, 50, 1001),
            (1, 32000, 50, 999), (1, 128256, 50, 999),
            (16, 128256, 50, 999), (64, 128256, 50, 999), (1, 32000, 2048, 999),
-           (1, 32000, 50, 999, "logits"), (16, 32000, 50, 999, "logits"), (1, 128256, 50, 999, "logits")]
+           (1, 32000, 50, 999, "logits"), (16, 32000, 50, 999, "logits"), (1, 128256, 50, 999, "logits"),
+           (64, 32000, 50, 999), (64, 32000, 50, 999, "logits")]
 # sample_row (the cluster kernel, knob 999) phases: t1..t8 - t0
 ROW_NAMES = ["loaded", "sync_a", "selected", "listed", "sync_b", "gathered", "sorted", "finished"]
 PROF_NAMES = ["tma_issued", "head_tail", "first_stage", "loop_done", "local_topk", "joint", "merged", "sorted",
