@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define FIB_HAS_CLUSTER 1
@@ -122,6 +123,22 @@ __device__ __forceinline__ uint64_t weight_of(uint32_t key, const WeightCtx& c) 
   if (c.kind == 0) return weight_logits(key, c);
   if (c.kind == 1) return weight_probs(key, c);
   return fixed_weight((c.kind == 2 && key2f(key) == INFINITY) ? 1.0f : 0.0f);
+}
+// weight_of for a kind fixed at compile time (KIND 1 probs, 0 logits, 2 any other: weight_of)
+template <int KIND>
+__device__ __forceinline__ uint64_t weight_kind(uint32_t key, const WeightCtx& c) {
+  if constexpr (KIND == 1) return weight_probs(key, c);
+  else if constexpr (KIND == 0) return weight_logits(key, c);
+  else return weight_of(key, c);
+}
+// Calls f(std::integral_constant<int, KIND>{}) with the row's kind, so that a loop inside f
+// branches on it once instead of once per key (the warp-uniform branch of weight_of inside a loop
+// kept the keys' loads and conversions from overlapping).
+template <class F>
+__device__ __forceinline__ void with_weight_kind(const WeightCtx& c, F&& f) {
+  if (c.kind == 1) f(std::integral_constant<int, 1>{});
+  else if (c.kind == 0) f(std::integral_constant<int, 0>{});
+  else f(std::integral_constant<int, 2>{});
 }
 
 // ---- Philox4x32-10 (Salmon et al., SC'11), same constants as Random123 / curand.

@@ -342,25 +342,18 @@ __device__ __forceinline__ uint64_t span_masses(const uint32_t* keys, bool resid
   // weights sat in their own basic block and the quads' loads, conversions and adds did not
   // overlap (H200, one CTA, 16032 resident fp32 keys: 1.45 -> 1.04 us from probs, 1.75 -> 1.35
   // from logits; benchmarks/sampling_span_probe.cu, results/sampling_topp_chain_h200.json).
-  auto pass = [&](auto kind_tag) {
+  with_weight_kind(wc, [&](auto kind_tag) {
     constexpr int KIND = decltype(kind_tag)::value;
     for_span4(keys, resident, key_at, sp, [&](const uint32_t (&k)[4], int j, int cnt) {
       if (all || max(max(k[0], k[1]), max(k[2], k[3])) >= lo) {  // (skips the weights of dropped quads)
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
-          const uint64_t w = KIND == 1 ? weight_probs(k[t], wc) : (KIND == 0 ? weight_logits(k[t], wc) : weight_of(k[t], wc));
+          const uint64_t w = weight_kind<KIND>(k[t], wc);
           m += (t < cnt && kept_pred(k[t], j + t, lo, cut)) ? w : 0ull;
         }
       }
     });
-  };
-  if (wc.kind == 1) {
-    pass(std::integral_constant<int, 1>{});
-  } else if (wc.kind == 0) {
-    pass(std::integral_constant<int, 0>{});
-  } else {
-    pass(std::integral_constant<int, 2>{});
-  }
+  });
   uint64_t cta;
   *ex = block_excl_scan_u64(m, scratch, &cta);
   *mine = m;
@@ -1122,9 +1115,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
             const uint32_t kq[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
             for (int t = 0; t < 4; ++t) {
-              if constexpr (KIND == 1) wall += weight_probs(kq[t], wc);
-              else if constexpr (KIND == 0) wall += weight_logits(kq[t], wc);
-              else if constexpr (KIND == 2) wall += weight_of(kq[t], wc);
+              if constexpr (KIND >= 0) wall += weight_kind<KIND>(kq[t], wc);
               if (kq[t] >= L) {
                 const int pos = atomicAdd(&sh_cnt, 1);
                 if (pos < kCand)
@@ -1133,15 +1124,8 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
             }
           }
         };
-        if (!need_all) {
-          scan(std::integral_constant<int, -1>{});
-        } else if (wc.kind == 1) {
-          scan(std::integral_constant<int, 1>{});
-        } else if (wc.kind == 0) {
-          scan(std::integral_constant<int, 0>{});
-        } else {
-          scan(std::integral_constant<int, 2>{});
-        }
+        if (need_all) with_weight_kind(wc, scan);
+        else scan(std::integral_constant<int, -1>{});
       } else if (!resident && vec_ok) {
         // slices read from global memory (L2 after the load pass): 16-byte vectors, 4 per thread
         // in flight (a scalar loop waits out one L2 latency per token)
