@@ -103,9 +103,13 @@ def main():
                 r.update({nm: round(f[i] / 1e3, 2) for i, nm in enumerate(PROF_NAMES)})
                 # slots 12 / 13 / 14: seed_tau done, re-reading lanes counted, warp 0's appends done;
                 # slot 10: the re-reading lanes (raw). Rows with the group maxima bound (k > 128):
-                # 12 the bound, 14 the gather, 10 the slice's candidates
+                # 12 the bound, 14 the gather, 10 the slice's candidates; builds with speculative
+                # candidates (FIB_TWOPASS_SPEC=1): 15 the estimate, 16 the first batch read again,
+                # 11 the tokens at or above the estimate (raw; 0 where the row did not speculate)
                 r.update({"seeded": round(f[20 + 12] / 1e3, 2), "counted": round(f[20 + 13] / 1e3, 2),
-                          "appended_w0": round(f[20 + 14] / 1e3, 2), "reread_lanes": f[9]})
+                          "appended_w0": round(f[20 + 14] / 1e3, 2), "reread_lanes": f[9],
+                          "spec_est": round(f[20 + 15] / 1e3, 2), "spec_reread": round(f[20 + 16] / 1e3, 2),
+                          "spec_count": f[10]})
                 res["profile"].append(r)
                 log("profile " + json.dumps(r))
         (out / f"sampling_twopass_profile{args.tag}_h200.json").write_text(json.dumps(res, indent=1))

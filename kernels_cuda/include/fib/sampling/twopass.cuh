@@ -67,6 +67,11 @@ constexpr int kTpGroups = 8;  // group maxima per thread (kThreads * kTpGroups >
 #define FIB_TWOPASS_BATCH_MAX 28
 #endif
 constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
+// 1: grouped rows collect their candidates in the first pass from a bound estimated on its first
+// batch ("speculative candidates"), the gather only where that bound fails
+#ifndef FIB_TWOPASS_SPEC
+#define FIB_TWOPASS_SPEC 0
+#endif
 static_assert(kThreads * kTpGroups >= 2 * kFilterMaxK, "the group maxima bound the k-th largest with slack");
 // the filter kernel's layout: a 40 KB area where the other ranks push their sets, then the
 // 8192-entry candidate buffer (and >= 64 KB for the general algorithm's histograms)
@@ -366,6 +371,44 @@ __device__ __forceinline__ int hist_kth_bin(const uint32_t* hist, int nb, uint32
   return b;
 }
 
+// The r-th largest of the CTA's kThreads * kTpGroups group maxima (gm: this thread's), to 22 key
+// bits: two 11-bit histogram rounds over the maxima' keys, each a count into hist (kBins u32, zero
+// on entry and zero again on return when `clear` is set). The value of the returned key is at most
+// the r-th largest maximum, so at least r of them are at or above it (1 <= r <= kThreads *
+// kTpGroups). All threads; block barriers. HOLD: the keys stay in registers for the second round
+// (else they are computed again: fewer registers where the caller keeps loads in flight across it).
+template <bool HOLD>
+__device__ __forceinline__ uint32_t group_kth_key(const float (&gm)[kTpGroups], uint32_t r, bool logits,
+                                                  uint32_t* hist, uint64_t* s_scratch, int* s_res, bool clear) {
+  const int tid = threadIdx.x;
+  uint32_t gk[kTpGroups];
+#pragma unroll
+  for (int j = 0; j < kTpGroups; ++j) {
+    gk[j] = f2key(sanitize(gm[j], logits));
+    atomicAdd(&hist[gk[j] >> 21], 1u);
+  }
+  __syncthreads();
+  uint32_t ab = 0, cb = 0;
+  const uint32_t b1 = static_cast<uint32_t>(hist_kth_bin(hist, kBins, r, s_scratch, s_res, &ab, &cb));
+#pragma unroll
+  for (int j = 0; j < kBins / kThreads; ++j) hist[j * kThreads + tid] = 0u;
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kTpGroups; ++j) {
+    const uint32_t key = HOLD ? gk[j] : f2key(sanitize(gm[j], logits));
+    if ((key >> 21) == b1) atomicAdd(&hist[(key >> 10) & (kBins - 1)], 1u);
+  }
+  __syncthreads();
+  uint32_t ab2 = 0, cb2 = 0;
+  const uint32_t b2 = static_cast<uint32_t>(hist_kth_bin(hist, kBins, r - ab, s_scratch, s_res, &ab2, &cb2));
+  if (clear) {  // (hist_kth_bin ended with a barrier: every thread has read the counts)
+#pragma unroll
+    for (int j = 0; j < kBins / kThreads; ++j) hist[j * kThreads + tid] = 0u;
+    __syncthreads();
+  }
+  return (b1 << 21) | (b2 << 10);
+}
+
 // MINB: CTAs per SM the registers are sized for. 1: 128 registers, FIB_TWOPASS_VECS loads in
 // flight; 2: 64 registers, FIB_TWOPASS2_VECS loads, and a CTA streams its slice while the SM's
 // other CTA selects, merges and draws (rows of one CTA from 256 rows: the SM never waits for a
@@ -380,6 +423,9 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   const int row = blockIdx.y;
   const uint32_t rank = cl_rank(), S = cl_size();
   FIB_PROF(0);
+#ifdef FIB_SAMPLING_PROFILE
+  if (blockIdx.y == 0 && threadIdx.x == 0 && rank == 0) g_fib_prof[11] = g_fib_prof[15] = g_fib_prof[16] = 0ull;
+#endif
   const int V = p.V;
   const int tid = threadIdx.x, lane = tid & 31;
 
@@ -492,8 +538,24 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   // grouped rows of at most kTpBatchMax batches per thread: their batch maxima at the end of the
   // candidate buffer (2 bytes per thread and batch), which the gather then stops short of
   const int nbt = (nvt + PD - 1) / PD;
-  uint16_t* bm = (grouped && nbt <= kTpBatchMax) ? reinterpret_cast<uint16_t*>(buf + kTpCap) - nbt * kThreads : nullptr;
+  bool spec_ok = false;  // (speculative candidates below: no batch maxima then)
+  uint32_t spec_r = 0;
+#if FIB_TWOPASS_SPEC
+  if (grouped) {
+    // m: the sample's expected tokens at or above the slice's k-th largest (iid tokens); the r-th
+    // largest sampled value, r = m + 5 sqrt(m) + 8, lies above that k-th largest only about 5
+    // standard deviations of the sample's spread away, and ~k r / m tokens reach it
+    const float mexp = static_cast<float>(kThreads * kTpGroups) * static_cast<float>(k) / static_cast<float>(n);
+    const float rr = ceilf(mexp + 5.0f * sqrtf(mexp) + 8.0f);
+    spec_ok = nvt >= 2 * PD && rr <= 0.5f * static_cast<float>(kThreads * kTpGroups) &&
+              static_cast<float>(k) * rr <= 0.75f * static_cast<float>(kTpCap) * mexp;
+    spec_r = static_cast<uint32_t>(rr);
+  }
+#endif
+  uint16_t* bm = (grouped && !spec_ok && nbt <= kTpBatchMax) ? reinterpret_cast<uint16_t*>(buf + kTpCap) - nbt * kThreads : nullptr;
   const int gcap = bm ? (kTpCap * 8 - nbt * kThreads * 2) / 8 : kTpCap;
+  bool fast = false;  // (the buffer holds every token of the slice at or above a bound of its k-th largest)
+  bool spec = false;  // (the speculative candidates ran: no group maxima)
   auto pass1 = [&](auto&& per_vec, auto&& end_batch) {
     for (int u0 = 0; u0 < nvt; u0 += PD) {
 #pragma unroll
@@ -530,17 +592,87 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     // and, where they fit, the top 16 key bits of each batch's maximum (bm: the gather then reads
     // only the batches that reach the bound)
     float bmax = -INFINITY;
-    pass1([&](const float (&x)[TPV], int, int d) {
+    auto gvec = [&](const float (&x)[TPV], int, int d) {
 #pragma unroll
       for (int j = 0; j < TPV; ++j) {
         const int gi = (d * TPV + j) / (PD * TPV / kTpGroups);
         gm[gi] = fmaxf(gm[gi], x[j]);  // (fmaxf drops NaN)
         bmax = fmaxf(bmax, x[j]);
       }
-    }, [&](int bi) {
+    };
+    auto gend = [&](int bi) {
       if (bm != nullptr) bm[bi * kThreads + tid] = static_cast<uint16_t>(f2key(sanitize(bmax, logits)) >> 16);
       bmax = -INFINITY;
-    });
+    };
+#if FIB_TWOPASS_SPEC
+    if (spec_ok) {
+      // ---- speculative candidates (docs/kernels.md, "Speculative candidates"): 8 tokens per
+      // thread sampled evenly over the slice (one 32-byte sector each) estimate a value that about
+      // k r / m of the slice's tokens reach (m, r: spec_ok above), and the pass appends every token
+      // at or above it. If at least k and at most kTpCap tokens reached it, the buffer holds every
+      // token at or above a value that k of them reach, so the slice's top k, and the slice is
+      // read once. Otherwise (a sample unlike the slice) the radix path below reads it again.
+      float sv[kTpGroups];
+      {
+        constexpr int SV = kTpGroups / TPV;  // vectors per sample (fp32 2, 16-bit 1)
+        int g0 = static_cast<int>((static_cast<int64_t>(tid) * nv) / kThreads) & ~(SV - 1);
+        if (g0 > nv - SV) g0 = nv - SV;  // (nvt >= 2 PD: nv >= kThreads)
+#pragma unroll
+        for (int v = 0; v < SV; ++v) {
+          float x[TPV];
+          unpack_vec<DT>(ld_again(reinterpret_cast<const uint4*>(body) + g0 + v), x);
+#pragma unroll
+          for (int j = 0; j < TPV; ++j) sv[v * TPV + j] = x[j];
+        }
+      }
+      const float tfs = key2f(group_kth_key<false>(sv, spec_r, logits, hist, s_scratch, s_res, true));
+      spec = tfs > (logits ? -INFINITY : 0.0f);
+      FIB_PROF(15);
+      if (spec) {  // (block-uniform)
+        for (int e0 = 0; e0 < extra; e0 += kThreads) {  // the unaligned head and tail tokens
+          const int e = e0 + tid;
+          const bool ok = e < extra;
+          const int i = e < head ? e : tail0 + (e - head);
+          const float x = ok ? load_elem<DT>(in_row, i) : 0.0f;
+          warp_append1(ok && x >= tfs, set.comp(x, i), buf, &s_cnt, kTpCap);
+        }
+        // pass 1 appending (every lane runs each vector: the appends are warp-aggregated)
+        for (int u0 = 0; u0 < nvt; u0 += PD) {
+#pragma unroll
+          for (int d = 0; d < PD; ++d) {
+            const int u = u0 + d;
+            const uint4 r = q[d];
+            q[d] = ldv(u + PD);  // (the slot refilled before its values are used)
+            const int g = u * kThreads + tid;
+            float x[TPV];
+            unpack_vec<DT>(r, x);
+            const bool ok = g < nv;
+            if (joint && ok) joint_add(x, TPV);
+            uint32_t msk = 0u;
+#pragma unroll
+            for (int j = 0; j < TPV; ++j) msk |= static_cast<uint32_t>(ok && x[j] >= tfs) << j;  // (NaN: never)
+            if (msk != 0u) {  // (atomics on one shared address: the compiler aggregates them per warp)
+              int at = atomicAdd(&s_cnt, __popc(msk));
+#pragma unroll
+              for (int j = 0; j < TPV; ++j)
+                if ((msk >> j) & 1u) {
+                  if (at < kTpCap) buf[at] = set.comp(x[j], head + g * TPV + j);  // (past kTpCap: counted)
+                  ++at;
+                }
+            }
+          }
+        }
+        FIB_PROF(16);
+        __syncthreads();
+        const int sc = s_cnt;
+        fast = sc >= k && sc <= kTpCap;
+#ifdef FIB_SAMPLING_PROFILE
+        if (blockIdx.y == 0 && rank == 0 && tid == 0) g_fib_prof[11] = static_cast<unsigned long long>(sc);
+#endif
+      }
+    }
+#endif
+    if (!spec) pass1(gvec, gend);
   } else {
     pass1([&](const float (&x)[TPV], int, int) {
 #pragma unroll
@@ -550,7 +682,6 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   FIB_PROF(1);
 
   // ---- the candidates: every token of the slice at or above the bound
-  bool fast = false;
   if (seeded) {
     // (k <= 64: each warp's 8 largest lane maxima, ranked by 4 lanes each; larger k: 16 per warp,
     // 2 lanes each, ~2 us more at B=64 but a bound tight enough up to k = 128)
@@ -596,30 +727,12 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
       FIB_PROF(14);
       __syncthreads();
     }
-  } else if (grouped) {
+  } else if (grouped && !spec) {
     // the k-th largest of the slice's kThreads * kTpGroups group maxima, to 22 key bits (two 11-bit
     // histogram rounds over the maxima): a floor with at least k tokens at or above it (each group
     // maximum is a distinct token). Then every token at or above it is gathered from the slice
     // (L2); where more than the buffer holds (structured or tied rows), the radix path below.
-    uint32_t gk[kTpGroups];
-#pragma unroll
-    for (int j = 0; j < kTpGroups; ++j) {
-      gk[j] = f2key(sanitize(gm[j], logits));
-      atomicAdd(&hist[gk[j] >> 21], 1u);
-    }
-    __syncthreads();
-    uint32_t ab = 0, cb = 0;
-    const uint32_t b1 = static_cast<uint32_t>(hist_kth_bin(hist, kBins, static_cast<uint32_t>(k), s_scratch, s_res, &ab, &cb));
-#pragma unroll
-    for (int j = 0; j < kBins / kThreads; ++j) hist[j * kThreads + tid] = 0u;
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < kTpGroups; ++j)
-      if ((gk[j] >> 21) == b1) atomicAdd(&hist[(gk[j] >> 10) & (kBins - 1)], 1u);
-    __syncthreads();
-    uint32_t ab2 = 0, cb2 = 0;
-    const uint32_t b2 = static_cast<uint32_t>(hist_kth_bin(hist, kBins, static_cast<uint32_t>(k) - ab, s_scratch, s_res, &ab2, &cb2));
-    const uint32_t tkey = (b1 << 21) | (b2 << 10);
+    const uint32_t tkey = group_kth_key<true>(gm, static_cast<uint32_t>(k), logits, hist, s_scratch, s_res, false);
     FIB_PROF(12);
     if (key2f(tkey) > (logits ? -INFINITY : 0.0f)) {  // (else fewer than k positive / finite maxima)
       set.gather_ge(key2f(tkey), buf, &s_cnt, gcap, bm, tkey >> 16);
