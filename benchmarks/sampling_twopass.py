@@ -46,9 +46,12 @@ AB = [(B, V, 50, "peaked", (0, 3000) + ((4000, 1000) if B >= 256 else ())) for V
     (B, V, k, "flat", (0, 4000, 1000)) for B, V, k in ((256, 128256, 50), (512, 151936, 50), (512, 32000, 2048))] + [
     (512, V, 50, "peaked_bf16", (0, 4000, 1000)) for V in (32000, 128256)]
 # large k (--largek): the rows with kTpSeedMaxK < k <= 2048 (the group maxima bound, or the
-# histogram pass where FIB_TWOPASS_GROUP_MAX_K=0), the launch policy only
+# histogram pass where FIB_TWOPASS_GROUP_MAX_K=0), the launch policy, and at B = 1 / 16 (the cluster
+# kernel's batches) the two-pass kernel forced beside it
 LARGEK = [(B, V, k, "peaked", (0,)) for V in (32000, 128256, 151936) for B in (64, 256, 512)
-          for k in (256, 1024, 2048)] + [(B, V, 2048, "flat", (0,)) for V in (32000, 128256) for B in (64, 512)]
+          for k in (256, 1024, 2048)] + [(B, V, 2048, "flat", (0,)) for V in (32000, 128256) for B in (64, 512)] + [
+    # small batches (the policy: the cluster kernel) beside the two-pass kernel forced with 4 / 8 CTAs per row
+    (B, 128256, 2048, "peaked", (0, 3004, 3008)) for B in (1, 16)]
 # profiling builds (-DFIB_SAMPLING_PROFILE): phase times of row 0 / rank 0, us since kernel entry
 PROFILE = [(1, 128256, 50, 3004), (1, 128256, 50, 3008), (16, 128256, 50, 3004), (64, 128256, 50, 3002),
            (64, 128256, 50, 3001), (128, 128256, 50, 3001), (512, 128256, 50, 3001), (64, 32000, 50, 3002),

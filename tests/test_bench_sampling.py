@@ -91,8 +91,12 @@ def test_sampling_through_the_runner(tmp_path):
     ds = Dataset.open(tmp_path / "ds", create=True)
     d = _defn("top_k_sampling_from_probs", 96)
     ds.add_definition(d)
+    # a fixed workload (its uuid seeds the random inputs) of 8 rows: with a fresh uuid4 and 3 rows,
+    # ~7% of runs drew rows whose filtered distributions were concentrated enough for argmax
+    # ("biased") to pass the TVD check
     ds.add_workloads([Trace.model_validate({"definition": d.name, "workload": {
-        "uuid": str(uuid.uuid4()), "axes": {"batch_size": 3}, "inputs": {n: {"type": "random"} for n in d.inputs}}})])
+        "uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, "fib-runtime/test_sampling_through_the_runner")),
+        "axes": {"batch_size": 8}, "inputs": {n: {"type": "random"} for n in d.inputs}}})])
     for s, _ in zoo(d, include=["correct", "biased", "wrong_dtype"]).values():
         ds.add_solution(s)
     summary = run_bench(ds, cfg=BenchConfig(warmup=1, iterations=2, trials=1, sampling=SMALL, cpu_threads=1), devices="cpu:0",

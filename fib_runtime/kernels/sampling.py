@@ -274,6 +274,18 @@ def top_k_mask_logits(logits, top_k, *, out=None):
     return _call(logits, _MASK | _LOGITS, top_k=top_k, seed=0, offset=0, out=out)
 
 
+def _build_config() -> dict:
+    """Debug: the library's compile-time switches that change which kernel path a row takes, e.g.
+    {"twopass_spec": 0, "twopass_reject_tail": 0, "profile": 0} (docs/kernels.md); {} for a library
+    built before the export existed."""
+    mod = load_family("sampling")
+    if mod is None:
+        raise KernelUnavailable(reason("sampling"))
+    if not hasattr(mod, "build_config"):
+        return {}
+    return {a: int(b) for a, b in (kv.split("=") for kv in str(mod.build_config()).split(","))}
+
+
 def _launch_config(B: int, V: int, dtype_code: int = 0, cluster: int = 0, device: int = 0) -> dict:
     """Debug: the geometry the library would pick (S CTAs per row, slice, resident, smem)."""
     mod = load_family("sampling")

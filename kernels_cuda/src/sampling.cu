@@ -12,6 +12,7 @@
 //   current_stream(t)      -> int64 the stream tvm-ffi hands this library for t's device
 //   launch_config(B, V, dtype_code, cluster, device) -> "S,chunk,resident,smem,sms,major,kind"
 //   prof_read()            -> the filter kernel's phase times (profiling builds only)
+//   build_config()         -> "twopass_spec=0,twopass_reject_tail=0,profile=0": compile-time switches
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
@@ -605,6 +606,20 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
                           std::to_string(c.smem) + "," + std::to_string(d.sms) + "," + std::to_string(d.major) + "," +
                           std::to_string(static_cast<int>(kind)));
 }
+
+// The compile-time switches of this build that change which token a kernel returns or how it
+// finds it ("name=value,..."): tests and benchmarks read them to know what to expect.
+tvm::ffi::String build_config() {
+  return tvm::ffi::String("twopass_spec=" + std::to_string(FIB_TWOPASS_SPEC) +
+                          ",twopass_reject_tail=" + std::to_string(FIB_TWOPASS_REJECT_TAIL) +
+#ifdef FIB_SAMPLING_PROFILE
+                          ",profile=1"
+#else
+                          ",profile=0"
+#endif
+  );
+}
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(build_config, build_config);
 
 #ifdef FIB_SAMPLING_PROFILE
 // profiling builds: the filter kernel's phase timestamps of the last call (row 0, rank 0), as

@@ -656,6 +656,9 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
         x = pr
         fn = lambda: S.top_k_top_p_sampling_from_probs(x, k, 0.9, seed=3, offset=1, filter_apply_order=order)
         xf = torch.nan_to_num(x, nan=-1.0)
+    # builds with the two-pass kernel's rejection tail (FIB_TWOPASS_REJECT_TAIL=1): its top_k_first
+    # rows with k > 1024 whose maximum is finite return the cluster kernel's token
+    rt = S._build_config().get("twopass_reject_tail", 0) == 1 and k > 1024 and order == "top_k_first"
     old = S._CLUSTER
     try:
         S._CLUSTER = -1
@@ -663,12 +666,53 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
         larger = (xf > xf.gather(1, ref[:, None])).sum(1)
         assert bool((larger < k).all())
         assert not bool(torch.isnan(x.float().gather(1, ref[:, None])).any())  # never a NaN entry
+        ref_tp = ref
+        if rt:
+            S._CLUSTER = 4
+            mx = torch.nan_to_num(xf, nan=-float("inf")).max(1).values
+            ref_tp = torch.where(torch.isfinite(mx) & (mx > (-float("inf") if src == "logits" else 0.0)), fn(), ref)
         # (the cluster kernel samples rows with k > 256 by rejection: the same distribution, another
         # token; docs/kernels.md "Large k")
         for cl in (1001, 1002, 1004) + ((4,) if k <= 256 else ()) + (3001, 3002, 3004, 4001, 4002):
             S._CLUSTER = cl
             got = fn()
-            assert torch.equal(got, ref), (cl, (got != ref).nonzero().flatten().tolist())
+            want = ref_tp if cl >= 3000 else ref
+            assert torch.equal(got, want), (cl, (got != want).nonzero().flatten().tolist())
+    finally:
+        S._CLUSTER = old
+
+
+@pytest.mark.parametrize("src", ["probs", "logits"])
+@pytest.mark.parametrize("k", [1100, 1500, 2048])
+def test_twopass_reject_tail_same_tokens_as_cluster(src, k):
+    """Builds with FIB_TWOPASS_REJECT_TAIL=1: the two-pass kernel samples top_k_first rows with
+    k > 1024 (top_p >= 0.25) by the cluster kernel's rejection rounds on its exact top-k set
+    (reject_tail.cuh: the top k in token order by a counting sort, the same weights, draws and
+    checks), so every row returns the cluster kernel's token: 1, 2 and 4 CTAs per row, one and two
+    CTAs per SM, against the cluster kernel with 4 CTAs per row; peaked, flat and ascending rows,
+    per-row top_p down to 0.26 (rows whose sixteen candidates all fall outside take the exact
+    nucleus and a fresh draw in token order, as the cluster kernel's), with and without min-p;
+    k = 1100 / 1500 cut the merged set of up to 2048 to the exact top k first."""
+    if S._build_config().get("twopass_reject_tail", 0) != 1:
+        pytest.skip("the two-pass kernel's rejection tail is not in this build (FIB_TWOPASS_REJECT_TAIL)")
+    B, V = 64, 50021
+    gen = torch.Generator(device=DEV).manual_seed(k + (src == "logits"))
+    lg = torch.randn(B, V, generator=gen, device=DEV) * torch.where(
+        torch.rand(B, 1, generator=gen, device=DEV) < 0.5, 4.0, 0.7)
+    lg[:4] = torch.sort(lg[:4], dim=1).values
+    x = lg if src == "logits" else torch.softmax(lg, -1)
+    p = torch.linspace(0.26, 0.99, B, device=DEV)
+    flags = S._SAMPLE | (S._LOGITS if src == "logits" else 0)
+    old = S._CLUSTER
+    try:
+        for mp in (None, 0.02):
+            fn = lambda: S._call(x, flags, top_k=k, top_p=p, min_p=mp, seed=13, offset=5)
+            S._CLUSTER = 4
+            ref = fn()
+            for cl in (3001, 3002, 3004, 4001, 4002):
+                S._CLUSTER = cl
+                got = fn()
+                assert torch.equal(got, ref), (cl, mp, (got != ref).nonzero().flatten().tolist())
     finally:
         S._CLUSTER = old
 

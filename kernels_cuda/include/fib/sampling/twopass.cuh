@@ -30,13 +30,19 @@
 //     fewer than k positive / finite maxima: the radix path). H200 against the histogram pass
 //     (results/sampling_twopass_largek_h200.json): B=512 V=128256 k=2048 238.5 -> 208.1 us, k=256
 //     181.1 -> 132.4.
+//     (Built with FIB_TWOPASS_SPEC=1, not yet the default: these rows bound the slice from a sample
+//     before the pass and append in it, "speculative candidates" below.)
 //  3. The merge and the tail are the filter kernel's: each set cut to at most Pk when it does not
 //     fit its place, written into a fixed slot of rank 0 over DSMEM, selected and sorted there,
 //     then min-p, exact top-p on integer prefix sums in either order, one Philox draw: the same
 //     token as the filter, streaming and cluster kernels for the same inputs, seed and offset.
+//     (Built with FIB_TWOPASS_REJECT_TAIL=1, not yet the default: top_k_first rows with k >
+//     rej_min_k take the cluster kernel's rejection rounds on the unsorted top k, reject_tail.cuh,
+//     and its token.)
 // Composites, the tie rule and the NaN rules are the filter kernel's (filter.cuh).
 #pragma once
 #include "fib/sampling/filter.cuh"
+#include "fib/sampling/reject_tail.cuh"
 
 namespace fib {
 namespace sampling {
@@ -71,6 +77,11 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 // batch ("speculative candidates"), the gather only where that bound fails
 #ifndef FIB_TWOPASS_SPEC
 #define FIB_TWOPASS_SPEC 0
+#endif
+// 1: top_k_first rows with k > p.rej_min_k sample by the cluster kernel's rejection rounds on the
+// exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token
+#ifndef FIB_TWOPASS_REJECT_TAIL
+#define FIB_TWOPASS_REJECT_TAIL 0
 #endif
 static_assert(kThreads * kTpGroups >= 2 * kFilterMaxK, "the group maxima bound the k-th largest with slack");
 // the filter kernel's layout: a 40 KB area where the other ranks push their sets, then the
@@ -895,6 +906,44 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     if (!push) cl_arrive();  // no remote reads after this point
   }
   FIB_PROF(6);
+#if FIB_TWOPASS_REJECT_TAIL
+  // rows the cluster kernel samples by rejection after its top-k (sampler.cuh, rej_k_first): its
+  // rounds on the exact top-k set, no sort (the cluster kernel's token)
+  if (!joint && use_p && tp >= 0.25f && p.rej_min_k > 0 && k > p.rej_min_k) {  // (block-uniform)
+    if (nc0 > k) {  // the set of at most Pk cut to the exact top k
+      Segs sg;
+      sg.seg[0] = G;
+      sg.cnt[0] = nc0;
+      sg.nseg = 1;
+      nc0 = compact_ge(G, nc0, kth_prefix(sg, k, ssel), &s_new);
+    }
+    uint64_t mx = 0ull;  // the row's maximum (the top k hold it)
+    for (int j = tid; j < nc0; j += kThreads) mx = G[j] > mx ? G[j] : mx;
+    mx = warp_max_u64(mx);
+    if (lane == 0) s_scratch[tid >> 5] = mx;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = s_scratch[w] > mx ? s_scratch[w] : mx;
+    __syncthreads();  // (s_scratch is reused)
+    const WeightCtx wc = make_weight_ctx(key2f(static_cast<uint32_t>(mx >> 32)), logits, scale);
+    if (wc.kind == 0 || wc.kind == 1) {
+      int P = 32;
+      while (P < nc0) P <<= 1;
+      for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;  // (the fallback's sort)
+      // scratch: the ring (rows of one CTA, pushed sets: consumed by the select) or, where the set
+      // was merged into the ring, this CTA's buffer
+      uint64_t* const scr = G == ring64 ? buf : ring64;
+      static_assert(kRejTailScratch * 8 <= kFilterRingBytes, "reject_tail's scratch fits the ring");
+      const uint32_t kmin = use_m ? f2key(min_p_threshold(wc, logits, T, mp)) : 0u;
+      __syncthreads();
+      reject_tail(p.out_idx + row, row, p.V, row_seed(p, row), row_offset(p, row), G, nc0, wc, kmin, tp, scr,
+                  s_scratch);
+      FIB_PROF(8);
+      if (S > 1 && !push) cl_wait();
+      return;
+    }
+  }
+#endif
   int P = 32;
   while (P < nc0) P <<= 1;
   for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;

@@ -1,0 +1,219 @@
+// fib-runtime sampling: the rejection tail for large k on an exact top-k set (sm_90 two-pass kernel).
+//
+// The cluster kernel samples top_k_first rows with k > p.rej_min_k by rejection (sampler.cuh, 4r.:
+// reject_rounds over its resident keys): candidates drawn from the kept top-k by the inverse CDF in
+// token order, accepted when the tokens of a strictly larger key hold less than the nucleus target,
+// four per round, kRejRounds rounds, then (all outside) the exact nucleus and a fresh draw (tag
+// kTagRetry) in token order. The filter and two-pass kernels hold the same top-k as a set of
+// composites G (key << 32 | ~index, any order) and sorted it (2048 entries at k = 2048: 11.6 us of a
+// B=512 V=128256 row, two CTAs per SM) for the prefix sums of the sorted tail (finish_sorted).
+// reject_tail runs the cluster kernel's rounds on G instead: the same fixed-point weights, the same
+// Philox draws and the same token order (a counting sort of G by index: 2048 buckets of idx >> sh,
+// ranks within a bucket by counting), hence the same token as the cluster kernel for the same
+// inputs, seed and offset. Only the fallback sorts G by value (for the nucleus boundary).
+#pragma once
+#include "fib/sampling/filter.cuh"
+
+namespace fib {
+namespace sampling {
+
+// u64 entries of the shared scratch reject_tail needs (T: kFilterMaxK, the bucket offsets: kBins
+// u32, the candidates and the per-warp sums)
+constexpr int kRejTailScratch = kFilterMaxK + kBins / 2 + 4 + 4 * kWarps;
+
+__device__ __forceinline__ uint32_t comp_index(uint64_t v) { return 0xffffffffu - static_cast<uint32_t>(v); }
+
+// T[0..nc) = G[0..nc) in ascending token index (nc <= kFilterMaxK = 4 per thread, unique indices
+// below V). off: kBins u32. Counting sort by bucket idx >> sh (at most kBins buckets), then each
+// entry's place in its bucket is the number of the bucket's entries with a lower index. All
+// threads; block barriers.
+__device__ __forceinline__ void sort_by_index(const uint64_t* G, int nc, int V, uint64_t* T, uint32_t* off,
+                                              uint64_t* s_scratch) {
+  const int tid = threadIdx.x;
+  int sh = 0;
+  while ((static_cast<uint32_t>(V - 1) >> (sh + 11)) != 0u) ++sh;
+#pragma unroll
+  for (int j = 0; j < kBins / kThreads; ++j) off[j * kThreads + tid] = 0u;
+  __syncthreads();
+  uint64_t v[4];
+  uint32_t slot[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int j = 4 * tid + q;
+    v[q] = j < nc ? G[j] : 0ull;
+    slot[q] = j < nc ? atomicAdd(&off[comp_index(v[q]) >> sh], 1u) : 0u;
+  }
+  __syncthreads();
+  // bucket counts -> exclusive offsets (thread tid: buckets 4 tid .. 4 tid + 3)
+  uint32_t c[4];
+  uint32_t ls = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    c[q] = off[4 * tid + q];
+    ls += c[q];
+  }
+  uint64_t tot = 0;
+  uint32_t run = static_cast<uint32_t>(block_excl_scan_u64(ls, s_scratch, &tot));
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    off[4 * tid + q] = run;
+    run += c[q];
+  }
+  __syncthreads();
+  // provisional places (the order within a bucket is the atomics'), then the ranks by index
+  uint32_t b0[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int j = 4 * tid + q;
+    b0[q] = j < nc ? off[comp_index(v[q]) >> sh] : 0u;
+    if (j < nc) T[b0[q] + slot[q]] = v[q];
+  }
+  __syncthreads();
+  uint32_t at[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int j = 4 * tid + q;
+    at[q] = b0[q];
+    if (j < nc) {
+      const uint32_t b = comp_index(v[q]) >> sh, me = comp_index(v[q]);
+      const uint32_t end = (b + 1 < static_cast<uint32_t>(kBins)) ? off[b + 1] : static_cast<uint32_t>(nc);
+      for (uint32_t i = b0[q]; i < end; ++i) at[q] += comp_index(T[i]) < me ? 1u : 0u;
+    }
+  }
+  __syncthreads();  // (every provisional entry read)
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    if (4 * tid + q < nc) T[at[q]] = v[q];
+  __syncthreads();
+}
+
+// The cluster kernel's rejection rounds on the exact top-k set G[0..nc) of a row of V tokens (any
+// order; top_k_first, tp >= 0.25, wc.kind 0 or 1; kmin: the min-p key, 0 without min-p), and its
+// fallback; seed / offs: the row's Philox seed and offset. Writes the token to *out. G is sorted by
+// value in place on the fallback only (G zero-padded to the power of two above nc, as
+// sort_desc_top needs). scr: kRejTailScratch u64. All threads. Not inlined: it runs once per row,
+// and inlined into the two-pass kernel for two CTAs per SM (64 registers) it made the first
+// pass's loops spill.
+static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, uint64_t seed, uint64_t offs, uint64_t* G,
+                                         int nc, WeightCtx wc, uint32_t kmin, float tp, uint64_t* scr,
+                                         uint64_t* s_scratch) {
+  const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+  uint64_t* const T = scr;
+  uint32_t* const off = reinterpret_cast<uint32_t*>(scr + kFilterMaxK);
+  uint64_t* const cand = scr + kFilterMaxK + kBins / 2;                                             // [4]
+  uint64_t(*const ws)[kWarps] = reinterpret_cast<uint64_t(*)[kWarps]>(scr + kFilterMaxK + kBins / 2 + 4);  // [4]
+  sort_by_index(G, nc, V, T, off, s_scratch);
+  // the kept weights in token order (thread tid: T[4 tid .. 4 tid + 3]) and their prefix sums
+  uint64_t w[4], ex[4];
+  uint32_t key[4];
+  uint64_t ls = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int j = 4 * tid + q;
+    key[q] = j < nc ? static_cast<uint32_t>(T[j] >> 32) : 0u;
+    w[q] = (j < nc && key[q] >= kmin) ? weight_of(key[q], wc) : 0ull;
+    ls += w[q];
+  }
+  uint64_t total = 0;
+  uint64_t run = block_excl_scan_u64(ls, s_scratch, &total);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    ex[q] = run;
+    run += w[q];
+  }
+  if (total == 0) {  // (block-uniform; not for kinds 0 / 1, whose maximum weighs 2^44)
+    if (tid == 0) *out = 0;
+    return;
+  }
+  const double tt = ceil(static_cast<double>(tp) * static_cast<double>(total));
+  const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
+  for (int round = 0; round < kRejRounds; ++round) {
+    uint64_t r[4];
+    row_random128(seed, offs, static_cast<uint32_t>(row), round == 0 ? kTagDraw : kTagRound + 2u * round, &r[0], &r[1]);
+    row_random128(seed, offs, static_cast<uint32_t>(row), round == 0 ? kTagCand : kTagRound + 2u * round + 1u, &r[2],
+                  &r[3]);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint64_t tgt = __umul64hi(r[c], total);
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        if (w[q] > 0 && ex[q] <= tgt && tgt < ex[q] + w[q]) cand[c] = T[4 * tid + q];  // (one owner)
+    }
+    __syncthreads();  // (also: every thread has read the previous round's sums)
+    // candidates 0-1, then 2-3 only when both fall outside (reject_rounds' order: the same token)
+#pragma unroll 1
+    for (int h = 0; h < 4; h += 2) {
+      const uint64_t va = cand[h], vb = cand[h + 1];
+      const uint32_t ka = static_cast<uint32_t>(va >> 32), kb = static_cast<uint32_t>(vb >> 32);
+      uint64_t A0 = 0ull, A1 = 0ull;  // (a key above a kept one is kept: the top-k and min-p sets are upper sets)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        A0 += key[q] > ka ? w[q] : 0ull;
+        A1 += key[q] > kb ? w[q] : 0ull;
+      }
+      A0 = warp_sum_u64(A0);
+      A1 = warp_sum_u64(A1);
+      if (lane == 0) {
+        ws[h][wid] = A0;
+        ws[h + 1][wid] = A1;
+      }
+      __syncthreads();
+      uint64_t a0 = 0, a1 = 0;
+#pragma unroll
+      for (int i = 0; i < kWarps; ++i) {
+        a0 += ws[h][i];
+        a1 += ws[h + 1][i];
+      }
+      // (block-uniform; the next round writes cand only after this round's last barrier, and
+      // ws[h] only after its candidate barrier)
+      const uint64_t acc = a0 < target ? va : (a1 < target ? vb : 0ull);
+      if (acc != 0ull) {
+        if (tid == 0) *out = static_cast<int64_t>(comp_index(acc));
+        return;
+      }
+    }
+  }
+  // ---- every candidate fell outside: the exact nucleus (the sorted tail's rule: tokens whose
+  // strictly larger keys hold less than the target, ties kept together) and a fresh draw (tag
+  // kTagRetry) in token order over it, as the cluster kernel's radix top-p and 5b.
+  __syncthreads();
+  sort_desc_top(G, nc, nc, G + kRankSortMax);
+  uint64_t sw[4], sex[4];
+  uint64_t sl = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int j = 4 * tid + q;
+    const uint32_t kj = j < nc ? static_cast<uint32_t>(G[j] >> 32) : 0u;
+    sw[q] = (j < nc && kj >= kmin) ? weight_of(kj, wc) : 0ull;
+    sl += sw[q];
+  }
+  uint64_t stot = 0;
+  uint64_t srun = block_excl_scan_u64(sl, s_scratch, &stot);
+  int J = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    sex[q] = srun;
+    srun += sw[q];
+    const int j = 4 * tid + q;
+    J += __syncthreads_count(j < nc && sex[q] < target);  // (finish_sorted's count: outside min-p, sex = stot)
+  }
+  // (the kept entries are a prefix of the sorted set: min-p is a key threshold; J >= 1)
+  const uint32_t kl = static_cast<uint32_t>(G[J < 1 ? 0 : J - 1] >> 32);
+  uint64_t nl = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if (key[q] < kl) w[q] = 0ull;  // (T's entries, token order: the nucleus keys >= kl)
+    nl += w[q];
+  }
+  uint64_t ntot = 0;
+  uint64_t nrun = block_excl_scan_u64(nl, s_scratch, &ntot);
+  const uint64_t tgt = __umul64hi(row_random64(seed, offs, static_cast<uint32_t>(row), kTagRetry), ntot);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if (w[q] > 0 && nrun <= tgt && tgt < nrun + w[q]) *out = static_cast<int64_t>(comp_index(T[4 * tid + q]));
+    nrun += w[q];
+  }
+}
+
+}  // namespace sampling
+}  // namespace fib
