@@ -1,0 +1,198 @@
+// fib-runtime sampling: candidate sets: the cluster gather and the sorts.
+// gather_lists (rank 0 reads the S CTAs' candidate lists), the one-warp sort of <= 64 entries,
+// the bitonic sort of up to 2048 (strides below 128 in warp registers) and sort_desc_top (sets
+// of 65-256 ranked by counting).
+#pragma once
+#include "fib/sampling/cluster_select.cuh"
+
+namespace fib {
+namespace sampling {
+
+// Rank 0: copies the S CTAs' candidate lists (`list` in every CTA, cnt[r] entries) into G in rank
+// order, at most cap entries in all; returns that count. Every thread copies entries of any rank,
+// so the remote loads of all ranks are in flight together. All threads; no barrier.
+__device__ __forceinline__ int gather_lists(uint64_t* G, uint64_t* list, const uint64_t* cnt, uint32_t S, int cap) {
+  int off[kMaxCluster + 1];
+  off[0] = 0;
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) off[r + 1] = off[r] + (r < static_cast<int>(S) ? static_cast<int>(cnt[r]) : 0);
+  const int tot = off[kMaxCluster] < cap ? off[kMaxCluster] : cap;
+  for (int g = threadIdx.x; g < tot; g += kThreads) {
+    uint32_t r = 0;  // the last rank starting at or below g holds it (empty ranks start where the next does)
+    int base = 0;
+#pragma unroll
+    for (int q = 1; q < kMaxCluster; ++q) {
+      if (g >= off[q]) {
+        r = static_cast<uint32_t>(q);
+        base = off[q];
+      }
+    }
+    G[g] = cl_remote(list, r)[g - base];
+  }
+  return tot;
+}
+
+// Sorts G[0..P) descending (P <= 64; entries past P count as 0 and are not written) with warp
+// 0's shuffles (no block barrier in the network); ends with a block barrier.
+__device__ __forceinline__ void warp_sort64_desc(uint64_t* G, int P) {
+  if (threadIdx.x < 32) {
+    const int l = threadIdx.x;
+    uint64_t a = l < P ? G[l] : 0ull, b = l + 32 < P ? G[l + 32] : 0ull;  // elements l and l + 32
+#pragma unroll
+    for (int size = 2; size <= 64; size <<= 1) {
+#pragma unroll
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        if (stride == 32) {  // partners in the same lane: a (element l) < b (element l + 32)
+          const uint64_t hi = a > b ? a : b, lo = a > b ? b : a;
+          a = hi;  // size == 64 here: the whole sequence descends
+          b = lo;
+        } else {
+          const uint64_t pa = __shfl_xor_sync(0xffffffffu, a, stride);
+          const uint64_t pb = __shfl_xor_sync(0xffffffffu, b, stride);
+          const bool first = (l & stride) == 0;  // element index below its partner's
+          const bool da = (l & size) == 0, db = ((l + 32) & size) == 0;  // descending runs
+          a = (first == da) ? (a > pa ? a : pa) : (a < pa ? a : pa);
+          b = (first == db) ? (b > pb ? b : pb) : (b < pb ? b : pb);
+        }
+      }
+    }
+    if (l < P) G[l] = a;
+    if (l + 32 < P) G[l + 32] = b;
+  }
+  __syncthreads();
+}
+
+// One bitonic compare-exchange of x (element i) against its partner's value y: the lower index
+// of the pair keeps the larger value where the run (i & size) descends.
+__device__ __forceinline__ uint64_t bitonic_keep(uint64_t x, uint64_t y, bool lower, bool desc) {
+  const uint64_t hi = x > y ? x : y, lo = x > y ? y : x;
+  return (lower == desc) ? hi : lo;
+}
+
+// Steps `stride` = smax .. 1 of bitonic level `size` on the 128-entry chunk of warp w
+// (G[128w .. 128w + 128)) held in registers: lane l holds elements 32r + l, r = 0..3; strides 64
+// and 32 pair registers of one lane, strides 16..1 pair lanes (shuffles). No block barrier.
+__device__ __forceinline__ void bitonic_chunk128(uint64_t (&v)[4], int base, int size, int smax) {
+  const int l = threadIdx.x & 31;
+  for (int stride = smax; stride > 0; stride >>= 1) {
+    if (stride >= 32) {
+      const int rs = stride >> 5;  // 2 (stride 64) or 1 (stride 32)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        if ((r & rs) == 0) {
+          const int i = base + 32 * r + l;
+          const bool desc = (i & size) == 0;
+          const uint64_t a = v[r], b = v[r + rs];
+          v[r] = bitonic_keep(a, b, true, desc);
+          v[r + rs] = bitonic_keep(b, a, false, desc);
+        }
+      }
+    } else {
+      const bool lower = (l & stride) == 0;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = base + 32 * r + l;
+        const uint64_t o = __shfl_xor_sync(0xffffffffu, v[r], stride);
+        v[r] = bitonic_keep(v[r], o, lower, (i & size) == 0);
+      }
+    }
+  }
+}
+
+// Sorts G[0..P) descending (P a power of two, P <= 16 * 128); all threads call it; ends with a
+// block barrier. P <= 64: one warp's shuffles. P >= 128: every level runs its strides below 128
+// inside one warp's registers (one load, one store, one barrier per level) and only the larger
+// strides through shared memory with a barrier each: 15 barriers for P = 2048 instead of 66.
+static_assert(kWarps * 128 >= kCand, "bitonic_sort_desc: one 128-entry chunk per warp");
+__device__ __forceinline__ void bitonic_sort_desc(uint64_t* G, int P) {
+  if (P <= 64) {
+    warp_sort64_desc(G, P);
+    return;
+  }
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  const bool mine = w < (P >> 7);
+  const int base = w * 128;
+  uint64_t v[4];
+  if (mine) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) v[r] = G[base + 32 * r + l];
+    for (int size = 2; size <= 128; size <<= 1) bitonic_chunk128(v, base, size, size >> 1);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) G[base + 32 * r + l] = v[r];
+  }
+  __syncthreads();
+  for (int size = 256; size <= P; size <<= 1) {
+    for (int stride = size >> 1; stride >= 128; stride >>= 1) {
+      for (int t = threadIdx.x; t < (P >> 1); t += kThreads) {
+        const int i = 2 * t - (t & (stride - 1));
+        const int j = i + stride;
+        const uint64_t a = G[i], b = G[j];
+        const bool desc = (i & size) == 0;
+        if ((a < b) == desc) {
+          G[i] = b;
+          G[j] = a;
+        }
+      }
+      __syncthreads();
+    }
+    if (mine) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) v[r] = G[base + 32 * r + l];
+      bitonic_chunk128(v, base, size, 64);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) G[base + 32 * r + l] = v[r];
+    }
+    __syncthreads();
+  }
+}
+
+// The first kk (<= n) entries of G[0..n) in descending order (unique composites, n <= kCand, G
+// zero-padded to the sort size as bitonic_sort_desc needs). n <= 64 or n > kRankSortMax: sorted in
+// place (warp shuffles, the bitonic network), returns false. 64 < n <= kRankSortMax: ranks by
+// counting into D[0..kk) (D must not overlap G[0..n)), returns true: entry i's rank is the number
+// of larger entries, counted by 2-4 adjacent lanes (a strided share each, summed by shuffles), so
+// no thread waits on a chain of exchanges as in the one-warp 128-entry network. The same order,
+// hence the same token, as the sort. All threads; ends with a block barrier.
+// RankSmall: sets of at most 64 are ranked too (8 lanes per entry; the cluster kernel: one
+// barrier instead of warp 0's 21-step shuffle network while the other 15 warps wait).
+constexpr int kRankSortMax = 256;
+template <bool RankSmall = false>
+__device__ __forceinline__ bool sort_desc_top_to(uint64_t* G, int n, int kk, uint64_t* D) {
+  if ((n > 64 || (RankSmall && n > 0)) && n <= kRankSortMax) {  // (block-uniform)
+    // log2 of the lanes per entry: kThreads / 64, / 128 or / 256
+    const int lg = (RankSmall && n <= 64) ? 3 : (n <= 128 ? 2 : 1);
+    const int tpe = 1 << lg;
+    const int i = threadIdx.x >> lg, h = threadIdx.x & (tpe - 1);
+    const uint64_t v = i < n ? G[i] : 0ull;
+    int r = 0;
+    if (i < n) {
+#pragma unroll 4
+      for (int j = h; j < n; j += tpe) r += G[j] > v ? 1 : 0;
+    }
+    for (int d = 1; d < tpe; d <<= 1) r += __shfl_xor_sync(0xffffffffu, r, d);
+    if (h == 0 && i < n && r < kk) D[r] = v;
+    __syncthreads();
+    return true;
+  }
+  int P = 32;
+  while (P < n) P <<= 1;
+  bitonic_sort_desc(G, P);
+  return false;
+}
+// sort_desc_top_to with the result always at G[0..kk) (a ranked set is copied back; one more
+// barrier). The filter kernel uses this form because of a compiler bug: reading the result
+// through "D or G" there, ptxas 13.0 (V13.0.88, -O2 and -O3; -O1 was correct) compiled the 16-bit
+// kernels' rank store as "D += 2 KB; st [D + 8r + 2 KB]", two KB past where the rows were then
+// read (docs/kernels.md, "A ptxas miscompile"; tests/gpu/test_sampling_sass.py looks for the
+// shape in the built library). The cluster kernel keeps "D or G": copying back there moved its
+// register allocation (8 -> 64 bytes of stack, +1.3 us at B=1 k=2048) and its SASS is clean.
+__device__ __forceinline__ void sort_desc_top(uint64_t* G, int n, int kk, uint64_t* D) {
+  if (sort_desc_top_to(G, n, kk, D)) {
+    if (threadIdx.x < kk) G[threadIdx.x] = D[threadIdx.x];  // (kk <= kRankSortMax < kThreads)
+    __syncthreads();
+  }
+}
+static_assert(kThreads >= 2 * kRankSortMax, "sort_desc_top: at least two lanes per entry");
+
+}  // namespace sampling
+}  // namespace fib
