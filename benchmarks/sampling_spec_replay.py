@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""CPU replay of the two-pass kernel's speculative candidates (twopass.cuh, FIB_TWOPASS_SPEC=1).
+"""CPU replay of the two-pass kernel's speculative candidates (twopass.cuh, FIB_TWOPASS_SPEC=1: rows
+with 128 < k <= 2048; =2: k <= 128 too, here k = 50).
 
 Per slice: 8 tokens per thread sampled evenly (thread t: the fp32 vectors g0, g0 + 1 at
 g0 = floor(t nv / 512) & ~1), the r-th largest sample (r = m + 5 sqrt(m) + 8, m = 4096 k / n) to 22
@@ -72,7 +73,7 @@ def main():
     rng = np.random.default_rng(1)
     for V in (32000, 128256, 151936):
         for kind in KINDS:
-            for k in (129, 256, 1024, 2048):
+            for k in (50, 129, 256, 1024, 2048):
                 out = {}
                 for pd, S in ((4, 1), (8, 2)):
                     res = []

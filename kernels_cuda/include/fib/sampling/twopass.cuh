@@ -74,8 +74,10 @@ constexpr int kTpGroups = 8;  // group maxima per thread (kThreads * kTpGroups >
 #define FIB_TWOPASS_BATCH_MAX 28
 #endif
 constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
-// 1: grouped rows collect their candidates in the first pass from a bound estimated on its first
-// batch ("speculative candidates"), the gather only where that bound fails
+// 1: rows with the group maxima bound (128 < k <= 2048) collect their candidates in the first pass,
+// against a bound estimated from a sample of the slice before it ("speculative candidates"), and
+// read the slice again only where that bound fails; 2: rows with k <= kTpSeedMaxK too (instead of
+// the lane maxima bound and the re-read of the lanes that hold several tokens above it)
 #ifndef FIB_TWOPASS_SPEC
 #define FIB_TWOPASS_SPEC 0
 #endif
@@ -281,7 +283,23 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   uint32_t* hist = reinterpret_cast<uint32_t*>(buf + kTpCap);
   const bool seeded = k <= kTpSeedMaxK;
   const bool grouped = !seeded && k <= kTpGroupMaxK && n > k;  // (the group maxima bound)
-  if (!seeded) {
+  bool spec_ok = false;  // (speculative candidates below: no lane / group / batch maxima then)
+  uint32_t spec_r = 0;
+#if FIB_TWOPASS_SPEC
+  // rows with the group maxima bound (FIB_TWOPASS_SPEC >= 1) or the lane maxima bound (>= 2)
+  if (grouped || (FIB_TWOPASS_SPEC >= 2 && seeded && n > k)) {
+    // m: the sample's expected tokens at or above the slice's k-th largest (iid tokens); the r-th
+    // largest sampled value, r = m + 5 sqrt(m) + 8, lies above that k-th largest only about 5
+    // standard deviations of the sample's spread away (m < 4: r >= 16, Poisson tail < 1e-9), and
+    // ~k r / m tokens reach it
+    const float mexp = static_cast<float>(kThreads * kTpGroups) * static_cast<float>(k) / static_cast<float>(n);
+    const float rr = ceilf(mexp + 5.0f * sqrtf(mexp) + 8.0f);
+    spec_ok = nvt >= 2 * PD && rr <= 0.5f * static_cast<float>(kThreads * kTpGroups) &&
+              static_cast<float>(k) * rr <= 0.75f * static_cast<float>(kTpCap) * mexp;
+    spec_r = static_cast<uint32_t>(rr);
+  }
+#endif
+  if (!seeded || spec_ok) {
 #pragma unroll
     for (int j = 0; j < kBins / kThreads; ++j) hist[j * kThreads + tid] = 0u;
   }
@@ -319,9 +337,9 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     const int i = e < head ? e : tail0 + (e - head);
     const float x = ok ? load_elem<DT>(in_row, i) : 0.0f;
     if (joint && ok) joint_add(&x, 1);
-    if (seeded) {
+    if (seeded && !spec_ok) {  // (speculating rows append them against their bound, below)
       warp_append1(ok, set.comp(x, i), buf, &s_cnt);
-    } else if (ok && !grouped) {  // (grouped rows: the gather below reads them again)
+    } else if (ok && !grouped && !seeded) {  // (grouped rows: the gather below reads them again)
       atomicAdd(&hist[f2key(sanitize(x, logits)) >> 21], 1u);
     }
   }
@@ -337,20 +355,6 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   // grouped rows of at most kTpBatchMax batches per thread: their batch maxima at the end of the
   // candidate buffer (2 bytes per thread and batch), which the gather then stops short of
   const int nbt = (nvt + PD - 1) / PD;
-  bool spec_ok = false;  // (speculative candidates below: no batch maxima then)
-  uint32_t spec_r = 0;
-#if FIB_TWOPASS_SPEC
-  if (grouped) {
-    // m: the sample's expected tokens at or above the slice's k-th largest (iid tokens); the r-th
-    // largest sampled value, r = m + 5 sqrt(m) + 8, lies above that k-th largest only about 5
-    // standard deviations of the sample's spread away, and ~k r / m tokens reach it
-    const float mexp = static_cast<float>(kThreads * kTpGroups) * static_cast<float>(k) / static_cast<float>(n);
-    const float rr = ceilf(mexp + 5.0f * sqrtf(mexp) + 8.0f);
-    spec_ok = nvt >= 2 * PD && rr <= 0.5f * static_cast<float>(kThreads * kTpGroups) &&
-              static_cast<float>(k) * rr <= 0.75f * static_cast<float>(kTpCap) * mexp;
-    spec_r = static_cast<uint32_t>(rr);
-  }
-#endif
   uint16_t* bm = (grouped && !spec_ok && nbt <= kTpBatchMax) ? reinterpret_cast<uint16_t*>(buf + kTpCap) - nbt * kThreads : nullptr;
   const int gcap = bm ? (kTpCap * 8 - nbt * kThreads * 2) / 8 : kTpCap;
   bool fast = false;  // (the buffer holds every token of the slice at or above a bound of its k-th largest)
@@ -374,7 +378,84 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     }
   };
   auto no_end = [](int) {};
-  if (seeded) {
+#if FIB_TWOPASS_SPEC
+  if (spec_ok) {
+    // ---- speculative candidates (docs/kernels.md, "Speculative candidates"): 8 tokens per
+    // thread sampled evenly over the slice (one 32-byte sector each) estimate a value that about
+    // k r / m of the slice's tokens reach (m, r: spec_ok above), and the pass appends every token
+    // at or above it. If at least k and at most kTpCap tokens reached it, the buffer holds every
+    // token at or above a value that k of them reach, so the slice's top k, and the slice is
+    // read once. Otherwise (a sample unlike the slice) the radix path below reads it again.
+    float sv[kTpGroups];
+    {
+      constexpr int SV = kTpGroups / TPV;  // vectors per sample (fp32 2, 16-bit 1)
+      int g0 = static_cast<int>((static_cast<int64_t>(tid) * nv) / kThreads) & ~(SV - 1);
+      if (g0 > nv - SV) g0 = nv - SV;  // (nvt >= 2 PD: nv >= kThreads)
+#pragma unroll
+      for (int v = 0; v < SV; ++v) {
+        float x[TPV];
+        unpack_vec<DT>(ld_again(reinterpret_cast<const uint4*>(body) + g0 + v), x);
+#pragma unroll
+        for (int j = 0; j < TPV; ++j) sv[v * TPV + j] = x[j];
+      }
+    }
+    const float tfs = key2f(group_kth_key<false>(sv, spec_r, logits, hist, s_scratch, s_res, true));
+    spec = tfs > (logits ? -INFINITY : 0.0f);
+    FIB_PROF(15);
+    if (!spec && seeded) {  // the lane-maxima path below expects the head and tail in the buffer
+      for (int e0 = 0; e0 < extra; e0 += kThreads) {
+        const int e = e0 + tid;
+        const bool ok = e < extra;
+        const int i = e < head ? e : tail0 + (e - head);
+        warp_append1(ok, set.comp(ok ? load_elem<DT>(in_row, i) : 0.0f, i), buf, &s_cnt);
+      }
+    }
+    if (spec) {  // (block-uniform)
+      for (int e0 = 0; e0 < extra; e0 += kThreads) {  // the unaligned head and tail tokens
+        const int e = e0 + tid;
+        const bool ok = e < extra;
+        const int i = e < head ? e : tail0 + (e - head);
+        const float x = ok ? load_elem<DT>(in_row, i) : 0.0f;
+        warp_append1(ok && x >= tfs, set.comp(x, i), buf, &s_cnt, kTpCap);
+      }
+      // pass 1 appending (every lane runs each vector: the appends are warp-aggregated)
+      for (int u0 = 0; u0 < nvt; u0 += PD) {
+#pragma unroll
+        for (int d = 0; d < PD; ++d) {
+          const int u = u0 + d;
+          const uint4 r = q[d];
+          q[d] = ldv(u + PD);  // (the slot refilled before its values are used)
+          const int g = u * kThreads + tid;
+          float x[TPV];
+          unpack_vec<DT>(r, x);
+          const bool ok = g < nv;
+          if (joint && ok) joint_add(x, TPV);
+          uint32_t msk = 0u;
+#pragma unroll
+          for (int j = 0; j < TPV; ++j) msk |= static_cast<uint32_t>(ok && x[j] >= tfs) << j;  // (NaN: never)
+          if (msk != 0u) {  // (atomics on one shared address: the compiler aggregates them per warp)
+            int at = atomicAdd(&s_cnt, __popc(msk));
+#pragma unroll
+            for (int j = 0; j < TPV; ++j)
+              if ((msk >> j) & 1u) {
+                if (at < kTpCap) buf[at] = set.comp(x[j], head + g * TPV + j);  // (past kTpCap: counted)
+                ++at;
+              }
+          }
+        }
+      }
+      FIB_PROF(16);
+      __syncthreads();
+      const int sc = s_cnt;
+      fast = sc >= k && sc <= kTpCap;
+#ifdef FIB_SAMPLING_PROFILE
+      if (blockIdx.y == 0 && rank == 0 && tid == 0) g_fib_prof[11] = static_cast<unsigned long long>(sc);
+#endif
+    }
+  }
+#endif
+  if (spec) {
+  } else if (seeded) {
     pass1([&](const float (&x)[TPV], int ib, int) {
 #pragma unroll
       for (int j = 0; j < TPV; ++j) {
@@ -403,75 +484,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
       if (bm != nullptr) bm[bi * kThreads + tid] = static_cast<uint16_t>(f2key(sanitize(bmax, logits)) >> 16);
       bmax = -INFINITY;
     };
-#if FIB_TWOPASS_SPEC
-    if (spec_ok) {
-      // ---- speculative candidates (docs/kernels.md, "Speculative candidates"): 8 tokens per
-      // thread sampled evenly over the slice (one 32-byte sector each) estimate a value that about
-      // k r / m of the slice's tokens reach (m, r: spec_ok above), and the pass appends every token
-      // at or above it. If at least k and at most kTpCap tokens reached it, the buffer holds every
-      // token at or above a value that k of them reach, so the slice's top k, and the slice is
-      // read once. Otherwise (a sample unlike the slice) the radix path below reads it again.
-      float sv[kTpGroups];
-      {
-        constexpr int SV = kTpGroups / TPV;  // vectors per sample (fp32 2, 16-bit 1)
-        int g0 = static_cast<int>((static_cast<int64_t>(tid) * nv) / kThreads) & ~(SV - 1);
-        if (g0 > nv - SV) g0 = nv - SV;  // (nvt >= 2 PD: nv >= kThreads)
-#pragma unroll
-        for (int v = 0; v < SV; ++v) {
-          float x[TPV];
-          unpack_vec<DT>(ld_again(reinterpret_cast<const uint4*>(body) + g0 + v), x);
-#pragma unroll
-          for (int j = 0; j < TPV; ++j) sv[v * TPV + j] = x[j];
-        }
-      }
-      const float tfs = key2f(group_kth_key<false>(sv, spec_r, logits, hist, s_scratch, s_res, true));
-      spec = tfs > (logits ? -INFINITY : 0.0f);
-      FIB_PROF(15);
-      if (spec) {  // (block-uniform)
-        for (int e0 = 0; e0 < extra; e0 += kThreads) {  // the unaligned head and tail tokens
-          const int e = e0 + tid;
-          const bool ok = e < extra;
-          const int i = e < head ? e : tail0 + (e - head);
-          const float x = ok ? load_elem<DT>(in_row, i) : 0.0f;
-          warp_append1(ok && x >= tfs, set.comp(x, i), buf, &s_cnt, kTpCap);
-        }
-        // pass 1 appending (every lane runs each vector: the appends are warp-aggregated)
-        for (int u0 = 0; u0 < nvt; u0 += PD) {
-#pragma unroll
-          for (int d = 0; d < PD; ++d) {
-            const int u = u0 + d;
-            const uint4 r = q[d];
-            q[d] = ldv(u + PD);  // (the slot refilled before its values are used)
-            const int g = u * kThreads + tid;
-            float x[TPV];
-            unpack_vec<DT>(r, x);
-            const bool ok = g < nv;
-            if (joint && ok) joint_add(x, TPV);
-            uint32_t msk = 0u;
-#pragma unroll
-            for (int j = 0; j < TPV; ++j) msk |= static_cast<uint32_t>(ok && x[j] >= tfs) << j;  // (NaN: never)
-            if (msk != 0u) {  // (atomics on one shared address: the compiler aggregates them per warp)
-              int at = atomicAdd(&s_cnt, __popc(msk));
-#pragma unroll
-              for (int j = 0; j < TPV; ++j)
-                if ((msk >> j) & 1u) {
-                  if (at < kTpCap) buf[at] = set.comp(x[j], head + g * TPV + j);  // (past kTpCap: counted)
-                  ++at;
-                }
-            }
-          }
-        }
-        FIB_PROF(16);
-        __syncthreads();
-        const int sc = s_cnt;
-        fast = sc >= k && sc <= kTpCap;
-#ifdef FIB_SAMPLING_PROFILE
-        if (blockIdx.y == 0 && rank == 0 && tid == 0) g_fib_prof[11] = static_cast<unsigned long long>(sc);
-#endif
-      }
-    }
-#endif
-    if (!spec) pass1(gvec, gend);
+    pass1(gvec, gend);
   } else {
     pass1([&](const float (&x)[TPV], int, int) {
 #pragma unroll
@@ -481,7 +494,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   FIB_PROF(1);
 
   // ---- the candidates: every token of the slice at or above the bound
-  if (seeded) {
+  if (seeded && !spec) {
     // (k <= 64: each warp's 8 largest lane maxima, ranked by 4 lanes each; larger k: 16 per warp,
     // 2 lanes each, ~2 us more at B=64 but a bound tight enough up to k = 128)
     const uint64_t tau0 = k <= 64 ? seed_tau_lanes<8>(m1, k, logits, ssel) : seed_tau_lanes<16>(m1, k, logits, ssel);
@@ -609,7 +622,8 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   // (from here on the filter kernel's merge and tail)
   const bool push = static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
   const int slot = S > 1 ? (kFilterRingBytes / 8) / static_cast<int>(S - 1) : 0;
-  const int keep_max = (S > 1 && push) ? min(slot, kFilterCap - kFilterMaxK) : direct;
+  // (speculating rows with k <= kTpSeedMaxK hold ~k r / m entries, several Pk: cut here, in every rank)
+  const int keep_max = (spec && seeded) ? direct : (S > 1 && push) ? min(slot, kFilterCap - kFilterMaxK) : direct;
   {
     const int cnt = s_cnt;
     if (cnt > keep_max) {
