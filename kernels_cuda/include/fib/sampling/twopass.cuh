@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   const bool seeded = k <= kTpSeedMaxK;
   const bool grouped = !seeded && k <= kTpGroupMaxK && n > k;  // (the group maxima bound)
   bool spec_ok = false;  // (speculative candidates below: no lane / group / batch maxima then)
-  uint32_t spec_r = 0;
+  [[maybe_unused]] uint32_t spec_r = 0;  // (FIB_TWOPASS_SPEC=0: unused)
 #if FIB_TWOPASS_SPEC
   // rows with the group maxima bound (FIB_TWOPASS_SPEC >= 1) or the lane maxima bound (>= 2)
   if (grouped || (FIB_TWOPASS_SPEC >= 2 && seeded && n > k)) {
