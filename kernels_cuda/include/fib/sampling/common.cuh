@@ -178,6 +178,13 @@ __device__ __forceinline__ void row_random128(uint64_t seed, uint64_t offset, ui
   *r0 = (static_cast<uint64_t>(c[0]) << 32) | c[1];
   *r1 = (static_cast<uint64_t>(c[2]) << 32) | c[3];
 }
+// The four candidate randoms of rejection round j: tags kTagDraw / kTagCand for round 0 (the row's
+// draw block and the next), kTagRound + 2j / + 2j + 1 after it.
+__device__ __forceinline__ void round_randoms(uint64_t seed, uint64_t offset, uint32_t row, int round,
+                                              uint64_t (&r)[4]) {
+  row_random128(seed, offset, row, round == 0 ? kTagDraw : kTagRound + 2u * round, &r[0], &r[1]);
+  row_random128(seed, offset, row, round == 0 ? kTagCand : kTagRound + 2u * round + 1u, &r[2], &r[3]);
+}
 // 64 random bits for (seed, offset, row): the first half of row_random128's tag-kTagDraw block.
 __device__ __forceinline__ uint64_t row_random64(uint64_t seed, uint64_t offset, uint32_t row,
                                                  uint32_t tag = kTagDraw) {

@@ -38,9 +38,7 @@ __device__ __forceinline__ int64_t reject_rounds(const Params& p, int row, int64
   const uint64_t seed = row_seed(p, row), off = row_offset(p, row);
   for (int round = 0; round < kRejRounds; ++round) {
     uint64_t r[4];
-    row_random128(seed, off, static_cast<uint32_t>(row), round == 0 ? kTagDraw : kTagRound + 2u * round, &r[0], &r[1]);
-    row_random128(seed, off, static_cast<uint32_t>(row), round == 0 ? kTagCand : kTagRound + 2u * round + 1u, &r[2],
-                  &r[3]);
+    round_randoms(seed, off, static_cast<uint32_t>(row), round, r);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const uint64_t tgt = __umul64hi(r[c], total);

@@ -129,9 +129,7 @@ static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, ui
   const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
   for (int round = 0; round < kRejRounds; ++round) {
     uint64_t r[4];
-    row_random128(seed, offs, static_cast<uint32_t>(row), round == 0 ? kTagDraw : kTagRound + 2u * round, &r[0], &r[1]);
-    row_random128(seed, offs, static_cast<uint32_t>(row), round == 0 ? kTagCand : kTagRound + 2u * round + 1u, &r[2],
-                  &r[3]);
+    round_randoms(seed, offs, static_cast<uint32_t>(row), round, r);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const uint64_t tgt = __umul64hi(r[c], total);

@@ -418,32 +418,22 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
         const float x = ok ? load_elem<DT>(in_row, i) : 0.0f;
         warp_append1(ok && x >= tfs, set.comp(x, i), buf, &s_cnt, kTpCap);
       }
-      // pass 1 appending (every lane runs each vector: the appends are warp-aggregated)
-      for (int u0 = 0; u0 < nvt; u0 += PD) {
+      // pass 1 appending every token at or above tfs (the shared-atomic appends on one address are
+      // aggregated per warp by the compiler)
+      pass1([&](const float (&x)[TPV], int ib, int) {
+        uint32_t msk = 0u;
 #pragma unroll
-        for (int d = 0; d < PD; ++d) {
-          const int u = u0 + d;
-          const uint4 r = q[d];
-          q[d] = ldv(u + PD);  // (the slot refilled before its values are used)
-          const int g = u * kThreads + tid;
-          float x[TPV];
-          unpack_vec<DT>(r, x);
-          const bool ok = g < nv;
-          if (joint && ok) joint_add(x, TPV);
-          uint32_t msk = 0u;
+        for (int j = 0; j < TPV; ++j) msk |= static_cast<uint32_t>(x[j] >= tfs) << j;  // (NaN: never)
+        if (msk != 0u) {
+          int at = atomicAdd(&s_cnt, __popc(msk));
 #pragma unroll
-          for (int j = 0; j < TPV; ++j) msk |= static_cast<uint32_t>(ok && x[j] >= tfs) << j;  // (NaN: never)
-          if (msk != 0u) {  // (atomics on one shared address: the compiler aggregates them per warp)
-            int at = atomicAdd(&s_cnt, __popc(msk));
-#pragma unroll
-            for (int j = 0; j < TPV; ++j)
-              if ((msk >> j) & 1u) {
-                if (at < kTpCap) buf[at] = set.comp(x[j], head + g * TPV + j);  // (past kTpCap: counted)
-                ++at;
-              }
-          }
+          for (int j = 0; j < TPV; ++j)
+            if ((msk >> j) & 1u) {
+              if (at < kTpCap) buf[at] = set.comp(x[j], ib + j);  // (past kTpCap: counted)
+              ++at;
+            }
         }
-      }
+      }, no_end);
       FIB_PROF(16);
       __syncthreads();
       const int sc = s_cnt;
