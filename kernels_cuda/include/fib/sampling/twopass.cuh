@@ -77,12 +77,15 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 // 1: rows with the group maxima bound (128 < k <= 2048) collect their candidates in the first pass,
 // against a bound estimated from a sample of the slice before it ("speculative candidates"), and
 // read the slice again only where that bound fails; 2: rows with k <= kTpSeedMaxK too (instead of
-// the lane maxima bound and the re-read of the lanes that hold several tokens above it)
+// the lane maxima bound and the re-read of the lanes that hold several tokens above it). Off: on the
+// H200 =1 takes k >= 1024 rows to 0.86x but the k <= 128 rows, which do not use it, to 1.06x (the
+// kernel's spills grow); =2 costs those rows 1.15x (docs/kernels.md, "Both switches on the H200")
 #ifndef FIB_TWOPASS_SPEC
 #define FIB_TWOPASS_SPEC 0
 #endif
 // 1: top_k_first rows with k > p.rej_min_k sample by the cluster kernel's rejection rounds on the
-// exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token
+// exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token. Off: the
+// call in the row loop moves values out of the uniform registers and costs the other rows 1.02x
 #ifndef FIB_TWOPASS_REJECT_TAIL
 #define FIB_TWOPASS_REJECT_TAIL 0
 #endif
