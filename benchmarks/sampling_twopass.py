@@ -70,6 +70,8 @@ def main():
     ap.add_argument("--largek", action="store_true", help="only the LARGEK points")
     ap.add_argument("--skip-identity", action="store_true")
     ap.add_argument("--no-cake", action="store_true")
+    ap.add_argument("--hint", action="store_true",
+                    help="pass min_top_k=k (the policy then runs the two-pass kernel's large-k instantiation for k > 128)")
     args = ap.parse_args()
 
     import torch
@@ -130,14 +132,16 @@ def main():
         pt = torch.full((B,), 0.9, device=dev)
         outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
         r = {"B": B, "V": V, "k": k, "kind": kind}
+        hint = k if args.hint else None
         for cl in knobs:
             r[f"probs_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
-                prs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
+                prs[i], kt, pt, seed=seed_t, offset=off_t, min_top_k=hint, out=outs[i])) for i in range(4)]))
             if cl in (0, 3000, 4000) or kind.endswith("_bf16"):
                 r[f"logits_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(
-                    lgs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
+                    lgs[i], kt, pt, seed=seed_t, offset=off_t, min_top_k=hint, out=outs[i])) for i in range(4)]))
                 r[f"joint_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(
-                    lgs[i], kt, pt, filter_apply_order="joint", seed=seed_t, offset=off_t, out=outs[i]))
+                    lgs[i], kt, pt, filter_apply_order="joint", seed=seed_t, offset=off_t, min_top_k=hint,
+                    out=outs[i]))
                     for i in range(4)]))
                 r[f"used_{cl}"] = knob(cl, lambda: S._launch_config(B, V, 0, cl))
         if not args.no_cake and FI.ok and k <= 1024:

@@ -136,7 +136,8 @@ _SPECS: Dict[str, _Spec] = {
         "Sampling kernel choice (benchmarks): 0 automatic; 1..8 resident-row cluster kernel with that many "
         "CTAs per row; -1 streaming kernel; -2 one-pass plain kernel (calls without top-k); 999 the policy "
         "before the filter and plain kernels; 1000+S filter kernel; 2000 split-row kernel; 3000+S two-pass "
-        "top-k kernel (3000: automatic S); 4000+S the two-pass kernel with two CTAs per SM (4000: S = 1)."),
+        "top-k kernel (3000: automatic S); 4000+S the two-pass kernel with two CTAs per SM (4000: S = 1); 5000+S / "
+        "6000+S the same two kernels' large-k instantiation (3000 / 4000 knobs: the default one)."),
     "FIB_SAMPLING_FILTER_MIN_TOKENS": _Spec(_float, 6.0e6,
         "Automatic policy: top-k sampling calls of at least this many tokens (B*V, any dtype) "
         "and B >= 48 use the two-pass kernel on sm_90 (read once per device by the C++ side)."),
@@ -145,6 +146,10 @@ _SPECS: Dict[str, _Spec] = {
         "FIB_SAMPLING_FILTER_MIN_TOKENS tokens or FIB_SAMPLING_STREAM_MIN_B rows) use the two-pass kernel "
         "with one CTA per SM; batches from this size (and FIB_SAMPLING_FILTER_MIN_TOKENS tokens) the two-pass "
         "kernel with two CTAs per SM."),
+    "FIB_SAMPLING_TWOPASS_LARGE_K": _Spec(_bool, True,
+        "Automatic policy (sm_90): calls whose every row's top_k is known on the host to exceed 128 (a scalar "
+        "top_k, or the min_top_k hint) run the two-pass kernel's large-k instantiation (speculative candidates, "
+        "the rejection tail); 0: always its default one."),
     "FIB_SAMPLING_STREAM_MIN_B": _Spec(_int, 96,
         "Below the filter threshold: batches from this size use the streaming kernel, smaller ones the cluster kernel."),
     "FIB_SAMPLING_PLAIN_MIN_B": _Spec(_int, 128,

@@ -6,9 +6,16 @@ torch's current stream). Which kernel runs (resident-row cluster kernel, streami
 two-pass kernel for large top-k sampling batches on sm_90, the split-row kernel for
 small top-k sampling batches before sm_90, or the one-pass plain kernel for plain sampling at
 large batches) is decided per call from B, V and the dtype; every kernel gives the same tokens for
-the same inputs (docs/kernels.md), except large-k rows, which the cluster kernel samples by
-rejection (below), and plain sampling through the plain kernel (from 64 or 128 rows): same
-distribution, another token. The split-row kernel keeps a
+the same inputs (docs/kernels.md), except large-k rows, which the cluster kernel and the two-pass
+kernel's large-k instantiation sample by rejection (below), and plain sampling through the plain
+kernel (from 64 or 128 rows): same distribution, another token.
+
+``min_top_k`` (the top-k sampling functions): a value the caller knows every row's ``top_k`` to
+reach (an engine's host-side copy of the batch's top_k; a scalar ``top_k`` is its own). A hint
+that picks a kernel: with ``min_top_k > 128`` batches from 48 rows on sm_90 run the two-pass
+kernel's large-k instantiation (0.82x the time of the default one at k >= 1024). It never changes
+which tokens a row keeps; a wrong hint costs time only. top_k_first rows with ``top_k > 1024``
+then take the rejection rounds' token (the cluster kernel's) instead of the sorted tail's. The split-row kernel keeps a
 workspace per device and stream (4 MB and up, allocated on first use and grown with the batch,
 also during graph capture; never freed, as captured graphs may point at it).
 
@@ -77,13 +84,16 @@ __all__ = [
 # the library's flags word: mode (bits 0-1) | logits input | joint order (kernels_cuda host_args.h)
 _SAMPLE, _RENORM, _MASK = 0, 1, 2
 _LOGITS, _JOINT = 4, 8
+_HINT_SHIFT, _HINT_MAX = 16, 0x7FFFFFFF  # the min_top_k hint's bits
 _EXPLICIT_STREAM = os.environ.get("FIB_SAMPLING_EXPLICIT_STREAM", "0") == "1"
 # 0 = automatic; 1..8: cluster kernel with N CTAs per row; -1: streaming kernel for top-k sampling;
 # -2: one-pass plain kernel for calls without top-k (plain.cuh; 999 keeps the cluster kernel there);
 # 1000 + S: one-pass filter kernel with S CTAs per row (1000: automatic S); 2000: split-row kernel
 # (chunks of 8192 tokens, one CTA each; the pre-Hopper policy at small batches with a scalar top_k <= 128)
 # 3000 + S: two-pass top-k kernel with S CTAs per row (3000: automatic S; sm_90; twopass.cuh);
-# 4000 + S: the same with two CTAs per SM (64 registers; 4000: S = 1)
+# 4000 + S: the same with two CTAs per SM (64 registers; 4000: S = 1); 3000 / 4000 knobs run its
+# default instantiation, 5000 + S / 6000 + S its large-k instantiation (the automatic choice runs
+# that one for a scalar top_k > 128 or min_top_k > 128; FIB_SAMPLING_TWOPASS_LARGE_K=0: never)
 _CLUSTER = int(os.environ.get("FIB_SAMPLING_CLUSTER", "0") or 0)
 
 
@@ -185,6 +195,16 @@ def _tensor_or(v, scalar, dtypes):
     return scalar(v)
 
 
+def _hint(min_top_k) -> int:
+    """The flags bits of the ``min_top_k`` hint (bits 16-46; 0: none)."""
+    if not min_top_k:
+        return 0
+    m = int(min_top_k)
+    if m < 0:
+        raise ValueError(f"min_top_k must be >= 0, not {min_top_k!r}")
+    return min(m, _HINT_MAX) << _HINT_SHIFT
+
+
 def _joint(order: str) -> int:
     if order == "top_k_first":
         return 0
@@ -199,8 +219,9 @@ def sampling_from_probs(probs, *, seed=None, offset=None, generator=None, out=No
     return _call(probs, _SAMPLE, seed=seed, offset=offset, generator=generator, out=out)
 
 
-def top_k_sampling_from_probs(probs, top_k, *, seed=None, offset=None, generator=None, out=None):
-    return _call(probs, _SAMPLE, top_k=top_k, seed=seed, offset=offset, generator=generator, out=out)
+def top_k_sampling_from_probs(probs, top_k, *, min_top_k=None, seed=None, offset=None, generator=None, out=None):
+    return _call(probs, _SAMPLE | _hint(min_top_k), top_k=top_k, seed=seed, offset=offset, generator=generator,
+                 out=out)
 
 
 def top_p_sampling_from_probs(probs, top_p, *, seed=None, offset=None, generator=None, out=None):
@@ -211,10 +232,10 @@ def min_p_sampling_from_probs(probs, min_p, *, seed=None, offset=None, generator
     return _call(probs, _SAMPLE, min_p=min_p, seed=seed, offset=offset, generator=generator, out=out)
 
 
-def top_k_top_p_sampling_from_probs(probs, top_k, top_p, *, filter_apply_order="top_k_first", seed=None,
-                                    offset=None, generator=None, out=None):
-    return _call(probs, _SAMPLE | _joint(filter_apply_order), top_k=top_k, top_p=top_p, seed=seed,
-                 offset=offset, generator=generator, out=out)
+def top_k_top_p_sampling_from_probs(probs, top_k, top_p, *, filter_apply_order="top_k_first", min_top_k=None,
+                                    seed=None, offset=None, generator=None, out=None):
+    return _call(probs, _SAMPLE | _joint(filter_apply_order) | _hint(min_top_k), top_k=top_k, top_p=top_p,
+                 seed=seed, offset=offset, generator=generator, out=out)
 
 
 # ---------------------------------------------------------------- from logits (no softmax pass)
@@ -224,10 +245,10 @@ def sampling_from_logits(logits, temperature=None, *, seed=None, offset=None, ge
                  out=out)
 
 
-def top_k_sampling_from_logits(logits, top_k, temperature=None, *, seed=None, offset=None, generator=None,
-                               out=None):
-    return _call(logits, _SAMPLE | _LOGITS, top_k=top_k, temperature=temperature, seed=seed, offset=offset,
-                 generator=generator, out=out)
+def top_k_sampling_from_logits(logits, top_k, temperature=None, *, min_top_k=None, seed=None, offset=None,
+                               generator=None, out=None):
+    return _call(logits, _SAMPLE | _LOGITS | _hint(min_top_k), top_k=top_k, temperature=temperature, seed=seed,
+                 offset=offset, generator=generator, out=out)
 
 
 def top_p_sampling_from_logits(logits, top_p, temperature=None, *, seed=None, offset=None, generator=None,
@@ -243,9 +264,9 @@ def min_p_sampling_from_logits(logits, min_p, temperature=None, *, seed=None, of
 
 
 def top_k_top_p_sampling_from_logits(logits, top_k, top_p, temperature=None, *, filter_apply_order="top_k_first",
-                                     seed=None, offset=None, generator=None, out=None):
-    return _call(logits, _SAMPLE | _LOGITS | _joint(filter_apply_order), top_k=top_k, top_p=top_p,
-                 temperature=temperature, seed=seed, offset=offset, generator=generator, out=out)
+                                     min_top_k=None, seed=None, offset=None, generator=None, out=None):
+    return _call(logits, _SAMPLE | _LOGITS | _joint(filter_apply_order) | _hint(min_top_k), top_k=top_k,
+                 top_p=top_p, temperature=temperature, seed=seed, offset=offset, generator=generator, out=out)
 
 
 def top_k_top_p_sampling_from_probs_joint(probs, top_k, top_p, **kw):

@@ -2,8 +2,10 @@
 // Exported functions (see fib_runtime/kernels/sampling.py for the Python API):
 //   sample(input, out, flags, top_k, top_p, min_p, temperature, seed, offset, cluster, stream)
 //                          -> int64 the kernel used: S (cluster kernel, S CTAs per row), -1
-//                             (streaming kernel), -2 (plain kernel), 1000 + S (filter kernel) or 2000 + C (split
-//                             kernel, C chunks per row); one launch, no host sync; no allocation
+//                             (streaming kernel), -2 (plain kernel), 1000 + S (filter kernel), 2000 + C (split
+//                             kernel, C chunks per row), 3000 + S / 4000 + S (two-pass kernel, one / two
+//                             CTAs per SM), 5000 + S / 6000 + S (its large-k instantiation); flags bits
+//                             16-46: the caller's min_top_k hint; one launch, no host sync; no allocation
 //                             but the split kernel's workspace (per device and stream, grown on
 //                             demand, also during graph capture)
 //   sample_alloc(input, flags, top_k, ..., stream) -> the sampled tokens, the output allocated
@@ -64,6 +66,9 @@ struct DevInfo {
   // 6M tokens or FIB_SAMPLING_STREAM_MIN_B rows) run the two-pass kernel (sm_90) with one CTA per
   // SM, batches from this size (and 6M tokens) the two-pass kernel with two CTAs per SM
   int twopass_max_b = 256;
+  // FIB_SAMPLING_TWOPASS_LARGE_K=0: never the two-pass kernel's large-k instantiation (twopass.cuh,
+  // LK), which runs the calls whose every row's top_k is known on the host to exceed kTpSeedMaxK
+  bool twopass_lk = true;
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 using fs::kStreamSmem;
@@ -128,6 +133,12 @@ void prepare_kernel(DevInfo& d) {
     check_cuda(cudaFuncSetAttribute(fs::twopass_kernel<DT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(fs::kTwoPassSmem)),
                "cudaFuncSetAttribute(twopass2 MaxDynamicSharedMemorySize)");
+    check_cuda(cudaFuncSetAttribute(fs::twopass_kernel<DT, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(fs::kTwoPassSmem)),
+               "cudaFuncSetAttribute(twopass large-k MaxDynamicSharedMemorySize)");
+    check_cuda(cudaFuncSetAttribute(fs::twopass_kernel<DT, 2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(fs::kTwoPassSmem)),
+               "cudaFuncSetAttribute(twopass2 large-k MaxDynamicSharedMemorySize)");
     if (DT == fs::kF32) {
       for (int S = 1; S <= fs::kMaxCluster; ++S) {
         fs::ClusterLaunch l;
@@ -156,6 +167,7 @@ const DevInfo& dev_info(int dev) {
     if (const char* e = std::getenv("FIB_SAMPLING_PLAIN_MIN_B")) d.plain_min_b = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_FILTER_MIN_TOKENS")) d.filter_min_tokens = std::atof(e);
     if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS_MAX_B")) d.twopass_max_b = std::atoi(e);
+    if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS_LARGE_K")) d.twopass_lk = std::atoi(e) != 0;
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_MIN_K")) d.rej_min_k = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_JOINT_MIN_K")) d.rej_joint_min_k = std::atoi(e);
     prepare_kernel<fs::kF32>(d);
@@ -266,8 +278,8 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, int esize, 
   }
   const Kind legacy = p.B >= d.stream_min_b ? kStream : kCluster;
   if (cluster == 999) return legacy;  // the policy before the filter kernel
-  if (cluster >= 4000 && cluster < 5000) return kTwoPass2;
-  if (cluster >= 3000 && cluster < 4000) return kTwoPass;
+  if ((cluster >= 4000 && cluster < 5000) || (cluster >= 6000 && cluster < 7000)) return kTwoPass2;
+  if ((cluster >= 3000 && cluster < 4000) || (cluster >= 5000 && cluster < 6000)) return kTwoPass;
   if (cluster >= 1000) return kFilter;
   if (cluster < 0) return kStream;
   if (cluster > 0) return kCluster;
@@ -334,9 +346,23 @@ int twopass2_cluster(int cluster) {
   return S > fs::kMaxCluster ? fs::kMaxCluster : S;
 }
 
+// The two-pass kernel's large-k instantiation (twopass.cuh, LK: speculative candidates, the
+// rejection tail, no lane-maxima path) for calls whose every top-k row is known on the host to have
+// k > kTpSeedMaxK: a scalar top_k, or a per-row tensor with the caller's min_top_k hint above it.
+// Forced by knobs 5000 + S / 6000 + S (the 3000 / 4000 knobs' kernels), refused by 3000 / 4000 and
+// FIB_SAMPLING_TWOPASS_LARGE_K=0. H200 against the default instantiation (docs/kernels.md, "The
+// large-k instantiation"): the k >= 1024 rows 0.82x (both switches in one kernel, 2026-12-05).
+bool twopass_large_k(const DevInfo& d, const fs::Params& p, int64_t min_k, int cluster) {
+  if (cluster >= 5000 && cluster < 7000) return true;
+  if (cluster >= 3000 && cluster < 5000) return false;
+  if (!d.twopass_lk) return false;
+  return p.top_k_arr ? min_k > fs::kTpSeedMaxK : p.top_k_val > fs::kTpSeedMaxK;
+}
+
 template <int DT, int MINB>
-void launch_twopass(const fs::Params& p, int S, cudaStream_t st) {
-  check_cuda(fs::launch_twopass_rows<DT, MINB>(p, S, st), "cudaLaunchKernelEx(twopass)");
+void launch_twopass(const fs::Params& p, int S, bool lk, cudaStream_t st) {
+  check_cuda(lk ? fs::launch_twopass_rows<DT, MINB, true>(p, S, st) : fs::launch_twopass_rows<DT, MINB, false>(p, S, st),
+             "cudaLaunchKernelEx(twopass)");
 }
 
 template <int DT>
@@ -509,20 +535,22 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
       default: launch_split<fs::kF16>(p, d, st); break;
     }
   } else if (kind == kTwoPass) {
-    const int S = twopass_cluster(d, B, V, static_cast<int>(cluster));
-    used = 3000 + S;
+    const bool lk = twopass_large_k(d, p, fs::host::min_k_hint(flags), static_cast<int>(cluster));
+    const int S = twopass_cluster(d, B, V, static_cast<int>(cluster >= 5000 ? cluster - 2000 : cluster));
+    used = (lk ? 5000 : 3000) + S;
     switch (dt) {
-      case fs::kF32: launch_twopass<fs::kF32, 1>(p, S, st); break;
-      case fs::kBF16: launch_twopass<fs::kBF16, 1>(p, S, st); break;
-      default: launch_twopass<fs::kF16, 1>(p, S, st); break;
+      case fs::kF32: launch_twopass<fs::kF32, 1>(p, S, lk, st); break;
+      case fs::kBF16: launch_twopass<fs::kBF16, 1>(p, S, lk, st); break;
+      default: launch_twopass<fs::kF16, 1>(p, S, lk, st); break;
     }
   } else if (kind == kTwoPass2) {
-    const int S = twopass2_cluster(cluster);
-    used = 4000 + S;
+    const bool lk = twopass_large_k(d, p, fs::host::min_k_hint(flags), static_cast<int>(cluster));
+    const int S = twopass2_cluster(static_cast<int>(cluster >= 6000 ? cluster - 2000 : cluster));
+    used = (lk ? 6000 : 4000) + S;
     switch (dt) {
-      case fs::kF32: launch_twopass<fs::kF32, 2>(p, S, st); break;
-      case fs::kBF16: launch_twopass<fs::kBF16, 2>(p, S, st); break;
-      default: launch_twopass<fs::kF16, 2>(p, S, st); break;
+      case fs::kF32: launch_twopass<fs::kF32, 2>(p, S, lk, st); break;
+      case fs::kBF16: launch_twopass<fs::kBF16, 2>(p, S, lk, st); break;
+      default: launch_twopass<fs::kF16, 2>(p, S, lk, st); break;
     }
   } else if (kind == kFilter) {
     const int S = filter_cluster(d, B, V, static_cast<int>(cluster));
@@ -591,8 +619,8 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
     c.resident = 0;
     c.smem = static_cast<size_t>(d.split_smem);
   } else if (kind == kTwoPass || kind == kTwoPass2) {
-    c.S = kind == kTwoPass ? twopass_cluster(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(cluster))
-                           : twopass2_cluster(static_cast<int>(cluster));
+    const int knob = static_cast<int>(cluster >= 5000 && cluster < 7000 ? cluster - 2000 : cluster);
+    c.S = kind == kTwoPass ? twopass_cluster(d, static_cast<int>(B), static_cast<int>(V), knob) : twopass2_cluster(knob);
     c.chunk = ((static_cast<int>(V) + c.S - 1) / c.S + 7) & ~7;
     c.resident = 0;
     c.smem = fs::kTwoPassSmem;

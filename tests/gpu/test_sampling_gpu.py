@@ -164,13 +164,13 @@ def force_path(request):
     old = S._CLUSTER
     S._CLUSTER = {"auto": 0, "cluster4": 4, "stream": -1, "filter1": 1001, "filter3": 1003,
                   "split": 2000, "twopass1": 3001, "twopass3": 3003, "twopass2_1": 4001,
-                  "twopass2_2": 4002}[request.param]
+                  "twopass2_2": 4002, "twopass_lk1": 5001, "twopass_lk3": 5003, "twopass2_lk1": 6001}[request.param]
     yield request.param
     S._CLUSTER = old
 
 
 @pytest.mark.parametrize("force_path", ["auto", "cluster4", "stream", "filter1", "filter3", "split", "twopass1",
-                                        "twopass3", "twopass2_1"], indirect=True)
+                                        "twopass3", "twopass2_1", "twopass_lk1"], indirect=True)
 @pytest.mark.parametrize("V", [111, 1000])
 @pytest.mark.parametrize("kind", ["peaked", "flat"])
 @pytest.mark.parametrize("src", ["probs", "logits"])
@@ -180,7 +180,9 @@ def test_distribution(case, src, kind, V, force_path):
     token threshold), the cluster kernel otherwise; cluster4: the resident-row cluster kernel (4
     CTAs per row); stream: the streaming kernel; filter1 / filter3: the one-pass filter kernel with
     1 / 3 CTAs per row (sm_90); split: the split-row kernel (chunks of 8192 tokens, k <= 128);
-    twopass1 / twopass3: the two-pass kernel with 1 / 3 CTAs per row (sm_90)."""
+    twopass1 / twopass3: the two-pass kernel with 1 / 3 CTAs per row (sm_90); twopass_lk1: its
+    large-k instantiation (1 CTA per row) on these k <= 128 rows, which the host sends it only on a
+    wrong min_top_k hint (the group maxima bound instead of the lane maxima)."""
     name, refkw, api, apikw = case
     if force_path != "auto" and "k" not in refkw:
         pytest.skip("same kernel as auto")
@@ -231,7 +233,7 @@ def test_distribution_large_vocab(V, k, p, kind, force_path):
     assert_distribution(counts, q, n, f"large V={V} k={k} p={p} {kind} (margin {margin:.2g}) {force_path}")
 
 
-@pytest.mark.parametrize("force_path", ["auto", "cluster4"], indirect=True)
+@pytest.mark.parametrize("force_path", ["auto", "cluster4", "twopass_lk3"], indirect=True)
 @pytest.mark.parametrize("V,k,p,mp,kind,src,order", [
     (32000, 2048, 0.9, 0.0, "peaked", "logits", "joint"),    # joint, peaked: candidates from the whole row
     (32000, 2048, 0.9, 0.0, "flat", "probs", "joint"),       # flat: straight to the exact radix path
@@ -246,8 +248,11 @@ def test_distribution_large_k_rejection(V, k, p, mp, kind, src, order, force_pat
     rows with k > 256 (FIB_SAMPLING_REJECT_JOINT_MIN_K) draw from the whole row and check the top-k
     rank, min-p and the row's nucleus per candidate, on peaked rows only (flat ones: the exact radix
     path for k > 1024, else the candidate path); a row whose rounds all fall outside draws again on
-    the exact path. auto: B=989 rows take the filter kernel (its own tail); cluster4: the
-    resident-row cluster kernel."""
+    the exact path. auto: B=989 rows with a scalar k > 128 take the two-pass kernel's large-k
+    instantiation with two CTAs per SM (sm_90: speculative candidates; top_k_first rows with k >
+    1024 its rejection tail, the cluster kernel's rounds on the merged exact top k); twopass_lk3:
+    the same with 3 CTAs per row (the sets merged over DSMEM first); cluster4: the resident-row
+    cluster kernel."""
     gen = torch.Generator().manual_seed(V + k + int(p * 100))
     for _ in range(20):
         lg = make_row(V, kind, gen)
@@ -340,7 +345,7 @@ def test_support_odd_sizes(B, V):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("cl", [0, 1001, 1003, 1008, 2000, 3001, 3003, 4001, 4002])
+@pytest.mark.parametrize("cl", [0, 1001, 1003, 1008, 2000, 3001, 3003, 4001, 4002, 5003, 6001])
 def test_strided_rows_same_tokens(dtype, cl):
     """Rows with a padded stride (and odd alignment) give the same tokens as a contiguous copy, for
     every filter-kernel geometry; adversarial order (ascending rows) forces repeated compactions."""
@@ -498,7 +503,9 @@ def test_kernels_same_tokens_fixed_k(dtype, k):
     streaming, cluster and split kernels' sorts; random and ascending rows (a compaction per
     stage / tile), both orders (the cluster kernel's joint rows with k > 256 sample by rejection:
     there only the support is checked); the streaming kernel three times (its compaction decision
-    once raced with the next tile's appends)."""
+    once raced with the next tile's appends). 5001 / 5003 / 6001: the two-pass kernel's large-k
+    instantiation (speculative candidates, no lane-maxima path) on every k, also k <= 128, where
+    only a wrong min_top_k hint sends rows."""
     B, V = 48, 50021
     gen = torch.Generator(device=DEV).manual_seed(7 + k)
     lg = torch.randn(B, V, generator=gen, device=DEV) * 3
@@ -516,7 +523,7 @@ def test_kernels_same_tokens_fixed_k(dtype, k):
                 assert torch.equal(fn(), ref), ("stream repeat", order)
             larger = (xf > xf.gather(1, ref[:, None])).sum(1)
             assert bool((larger < k).all()), order
-            for cl in (1001, 1003, 4, 2000, 3001, 3003, 4001, 4003):
+            for cl in (1001, 1003, 4, 2000, 3001, 3003, 4001, 4003, 5001, 5003, 6001):
                 S._CLUSTER = cl
                 got = fn()
                 if cl == 4 and order == "joint" and k > 256:
@@ -609,7 +616,9 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
     (128 < k <= 2048): its gather overflows on the constant row and finds no bound on row 3 (the
     radix path then), and reads only the batches that reach the bound elsewhere. The tokens must
     equal the streaming kernel's for the filter kernel (1, 2, 4 CTAs per row), the cluster kernel
-    and the two-pass kernel (1, 2, 4; with two CTAs per SM: 1, 2)."""
+    and the two-pass kernel (1, 2, 4; with two CTAs per SM: 1, 2), and its large-k instantiation
+    (5000 + S / 6000 + S: speculative candidates for every k, no lane maxima), except its
+    top_k_first rows with k > 1024, which return the cluster kernel's token (the rejection tail)."""
     if src == "probs" and dtype != torch.float32:
         pytest.skip("probs are fp32")
     B, V = 12, 32768
@@ -656,9 +665,10 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
         x = pr
         fn = lambda: S.top_k_top_p_sampling_from_probs(x, k, 0.9, seed=3, offset=1, filter_apply_order=order)
         xf = torch.nan_to_num(x, nan=-1.0)
-    # builds with the two-pass kernel's rejection tail (FIB_TWOPASS_REJECT_TAIL=1): its top_k_first
+    # the large-k instantiation (and builds with FIB_TWOPASS_REJECT_TAIL=1 in both): top_k_first
     # rows with k > 1024 whose maximum is finite return the cluster kernel's token
-    rt = S._build_config().get("twopass_reject_tail", 0) == 1 and k > 1024 and order == "top_k_first"
+    rt = k > 1024 and order == "top_k_first"
+    rt_default = rt and S._build_config().get("twopass_reject_tail", 0) == 1
     old = S._CLUSTER
     try:
         S._CLUSTER = -1
@@ -673,10 +683,11 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
             ref_tp = torch.where(torch.isfinite(mx) & (mx > (-float("inf") if src == "logits" else 0.0)), fn(), ref)
         # (the cluster kernel samples rows with k > 256 by rejection: the same distribution, another
         # token; docs/kernels.md "Large k")
-        for cl in (1001, 1002, 1004) + ((4,) if k <= 256 else ()) + (3001, 3002, 3004, 4001, 4002):
+        for cl in (1001, 1002, 1004) + ((4,) if k <= 256 else ()) + (3001, 3002, 3004, 4001, 4002) + (
+                5001, 5002, 5004, 6001, 6002):
             S._CLUSTER = cl
             got = fn()
-            want = ref_tp if cl >= 3000 else ref
+            want = ref_tp if cl >= 5000 or (cl >= 3000 and rt_default) else ref
             assert torch.equal(got, want), (cl, (got != want).nonzero().flatten().tolist())
     finally:
         S._CLUSTER = old
@@ -685,7 +696,8 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
 @pytest.mark.parametrize("src", ["probs", "logits"])
 @pytest.mark.parametrize("k", [1100, 1500, 2048])
 def test_twopass_reject_tail_same_tokens_as_cluster(src, k):
-    """Builds with FIB_TWOPASS_REJECT_TAIL=1: the two-pass kernel samples top_k_first rows with
+    """The two-pass kernel's large-k instantiation (5000 + S / 6000 + S; the default one too in
+    builds with FIB_TWOPASS_REJECT_TAIL=1) samples top_k_first rows with
     k > 1024 (top_p >= 0.25) by the cluster kernel's rejection rounds on its exact top-k set
     (reject_tail.cuh: the top k in token order by a counting sort, the same weights, draws and
     checks), so every row returns the cluster kernel's token: 1, 2 and 4 CTAs per row, one and two
@@ -693,8 +705,9 @@ def test_twopass_reject_tail_same_tokens_as_cluster(src, k):
     per-row top_p down to 0.26 (rows whose sixteen candidates all fall outside take the exact
     nucleus and a fresh draw in token order, as the cluster kernel's), with and without min-p;
     k = 1100 / 1500 cut the merged set of up to 2048 to the exact top k first."""
-    if S._build_config().get("twopass_reject_tail", 0) != 1:
-        pytest.skip("the two-pass kernel's rejection tail is not in this build (FIB_TWOPASS_REJECT_TAIL)")
+    knobs = (5001, 5002, 5004, 6001, 6002)
+    if S._build_config().get("twopass_reject_tail", 0) == 1:
+        knobs += (3001, 3002, 3004, 4001, 4002)
     B, V = 64, 50021
     gen = torch.Generator(device=DEV).manual_seed(k + (src == "logits"))
     lg = torch.randn(B, V, generator=gen, device=DEV) * torch.where(
@@ -709,12 +722,61 @@ def test_twopass_reject_tail_same_tokens_as_cluster(src, k):
             fn = lambda: S._call(x, flags, top_k=k, top_p=p, min_p=mp, seed=13, offset=5)
             S._CLUSTER = 4
             ref = fn()
-            for cl in (3001, 3002, 3004, 4001, 4002):
+            for cl in knobs:
                 S._CLUSTER = cl
                 got = fn()
                 assert torch.equal(got, ref), (cl, mp, (got != ref).nonzero().flatten().tolist())
     finally:
         S._CLUSTER = old
+
+
+@pytest.mark.parametrize("src", ["probs", "logits"])
+def test_min_top_k_hint_picks_the_large_k_kernel(src):
+    """The automatic policy (B=64 and 300 rows: the two-pass kernel with one / two CTAs per SM)
+    runs its large-k instantiation for a scalar top_k > 128 or a per-row top_k with a min_top_k
+    hint > 128, else the default one. The token tells them apart: top_k_first rows with k > 1024
+    take the rejection tail (the cluster kernel's token, knob 4) in the large-k one and the sorted
+    tail (the streaming kernel's token, knob -1) in the default one. A wrong hint (rows with k = 1,
+    50, 128, 500 under min_top_k=1000) changes the kernel, never which tokens a row keeps: those
+    rows still return the streaming kernel's token."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the two-pass kernel runs on sm_90+")
+    rt_default = S._build_config().get("twopass_reject_tail", 0) == 1
+    V = 100003  # (B=64: 6.4M tokens, past the two-pass kernel's threshold)
+    old = S._CLUSTER
+    try:
+        for B in (64, 300):
+            gen = torch.Generator(device=DEV).manual_seed(B + (src == "logits"))
+            lg = torch.randn(B, V, generator=gen, device=DEV) * torch.where(
+                torch.rand(B, 1, generator=gen, device=DEV) < 0.5, 3.0, 0.8)
+            x = lg if src == "logits" else torch.softmax(lg, -1)
+            fn = getattr(S, "top_k_top_p_sampling_from_" + src)
+            k = torch.randint(1025, 2049, (B,), generator=gen, device=DEV).to(torch.int32)
+            p = torch.rand(B, generator=gen, device=DEV).clamp_min(0.3)
+
+            def run(cl, kk, hint=None):
+                S._CLUSTER = cl
+                return fn(x, kk, p, seed=21, offset=B, min_top_k=hint)
+
+            sorted_tail, rejection = run(-1, k), run(4, k)
+            assert not torch.equal(sorted_tail, rejection)  # (the two tails differ on most rows)
+            assert torch.equal(run(0, k), rejection if rt_default else sorted_tail), B  # no hint
+            assert torch.equal(run(0, k, hint=int(k.min())), rejection), B
+            assert torch.equal(run(0, k, hint=129), rejection), B
+            assert torch.equal(run(0, k, hint=128), rejection if rt_default else sorted_tail), B
+            assert torch.equal(run(0, 1500, hint=None), run(4, 1500)), B  # scalar k > 128
+            kw = k.clone()
+            kw[:4] = torch.tensor([1, 50, 128, 500], dtype=torch.int32, device=DEV)
+            got, want_small = run(0, kw, hint=1000), run(-1, kw)
+            assert torch.equal(got[:4], want_small[:4]), (B, got[:4].tolist(), want_small[:4].tolist())
+            assert torch.equal(got[4:], run(4, kw)[4:]), B
+            xf = x.float()
+            larger = (xf > xf.gather(1, got[:, None])).sum(1)
+            assert bool((larger < kw).all()), B
+    finally:
+        S._CLUSTER = old
+    with pytest.raises(ValueError):
+        S.top_k_sampling_from_probs(torch.rand(2, 100, device=DEV), 5, min_top_k=-1)
 
 
 # ----------------------------------------------------------------------------- plain kernel

@@ -25,8 +25,12 @@ using tvm::ffi::AnyView;
 using tvm::ffi::TensorView;
 
 // flags: bits 0-1 the mode (kSample, kRenormProbs, kMaskLogits), bit 2 logits input, bit 3 the
-// joint filter order (fib_runtime/kernels/sampling.py builds the same word)
+// joint filter order; bits 16-46 the caller's min_top_k hint (0: none), a bound it knows every
+// row's top_k to reach, which picks a kernel and never changes which rows are filtered
+// (fib_runtime/kernels/sampling.py builds the same word)
 constexpr int64_t kFlagModeMask = 3, kFlagLogits = 4, kFlagJoint = 8;
+constexpr int kFlagMinKShift = 16;
+inline int64_t min_k_hint(int64_t flags) { return (flags >> kFlagMinKShift) & 0x7fffffff; }
 
 inline int dtype_code(DLDataType t) {
   if (t.lanes != 1) return -1;

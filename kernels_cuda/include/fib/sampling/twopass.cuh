@@ -30,15 +30,18 @@
 //     fewer than k positive / finite maxima: the radix path). H200 against the histogram pass
 //     (results/sampling_twopass_largek_h200.json): B=512 V=128256 k=2048 238.5 -> 208.1 us, k=256
 //     181.1 -> 132.4.
-//     (Built with FIB_TWOPASS_SPEC=1, not yet the default: these rows bound the slice from a sample
-//     before the pass and append in it, "speculative candidates" below.)
+//     (The large-k instantiation, LK below: these rows bound the slice from a sample before the
+//     pass and append in it, "speculative candidates" below.)
 //  3. The merge and the tail are the filter kernel's: each set cut to at most Pk when it does not
 //     fit its place, written into a fixed slot of rank 0 over DSMEM, selected and sorted there,
 //     then min-p, exact top-p on integer prefix sums in either order, one Philox draw: the same
 //     token as the filter, streaming and cluster kernels for the same inputs, seed and offset.
-//     (Built with FIB_TWOPASS_REJECT_TAIL=1, not yet the default: top_k_first rows with k >
-//     rej_min_k take the cluster kernel's rejection rounds on the unsorted top k, reject_tail.cuh,
-//     and its token.)
+//     (The large-k instantiation: top_k_first rows with k > rej_min_k take the cluster kernel's
+//     rejection rounds on the unsorted top k, reject_tail.cuh, and its token.)
+// Two instantiations per dtype and occupancy: the default one, and the large-k one (LK) that the
+// host launches where it knows every row's k exceeds kTpSeedMaxK (a scalar top_k, or the caller's
+// min_top_k hint). The large-k paths compiled into the default kernel cost its k <= 128 rows
+// 1.02-1.08x (below), so they live in their own kernel.
 // Composites, the tie rule and the NaN rules are the filter kernel's (filter.cuh).
 #pragma once
 #include "fib/sampling/filter.cuh"
@@ -77,15 +80,17 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 // 1: rows with the group maxima bound (128 < k <= 2048) collect their candidates in the first pass,
 // against a bound estimated from a sample of the slice before it ("speculative candidates"), and
 // read the slice again only where that bound fails; 2: rows with k <= kTpSeedMaxK too (instead of
-// the lane maxima bound and the re-read of the lanes that hold several tokens above it). Off: on the
-// H200 =1 takes k >= 1024 rows to 0.86x but the k <= 128 rows, which do not use it, to 1.06x (the
-// kernel's spills grow); =2 costs those rows 1.15x (docs/kernels.md, "Both switches on the H200")
+// the lane maxima bound and the re-read of the lanes that hold several tokens above it). Off in the
+// default kernel (on in the large-k one, LK): on the H200 =1 takes k >= 1024 rows to 0.86x but the
+// k <= 128 rows, which do not use it, to 1.06x (the kernel's spills grow); =2 costs those rows 1.15x
+// (docs/kernels.md, "Both switches on the H200")
 #ifndef FIB_TWOPASS_SPEC
 #define FIB_TWOPASS_SPEC 0
 #endif
 // 1: top_k_first rows with k > p.rej_min_k sample by the cluster kernel's rejection rounds on the
-// exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token. Off: the
-// call in the row loop moves values out of the uniform registers and costs the other rows 1.02x
+// exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token. Off in the
+// default kernel (on in the large-k one): the call in the row loop moves values out of the uniform
+// registers and costs the other rows 1.02x
 #ifndef FIB_TWOPASS_REJECT_TAIL
 #define FIB_TWOPASS_REJECT_TAIL 0
 #endif
@@ -217,10 +222,16 @@ __device__ __forceinline__ uint32_t group_kth_key(const float (&gm)[kTpGroups], 
 // flight; 2: 64 registers, FIB_TWOPASS2_VECS loads, and a CTA streams its slice while the SM's
 // other CTA selects, merges and draws (rows of one CTA from 256 rows: the SM never waits for a
 // row's tail).
-template <int DT, int MINB>
+// LK: the large-k instantiation, launched where the host knows every row's top_k exceeds
+// kTpSeedMaxK (a scalar top_k, or the caller's min_top_k hint): the speculative candidates and the
+// rejection tail (the switches below) and no lane-maxima path. Any row is exact in either.
+template <int DT, int MINB, bool LK = false>
 __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p) {
   extern __shared__ __align__(128) unsigned char dsm[];
 #if FIB_HAS_CLUSTER
+  constexpr bool kSpec = LK || FIB_TWOPASS_SPEC >= 1;
+  constexpr bool kSpecSeeded = !LK && FIB_TWOPASS_SPEC >= 2;
+  constexpr bool kRejTail = LK || FIB_TWOPASS_REJECT_TAIL != 0;
   constexpr int ESIZE = (DT == kF32) ? 4 : 2;
   constexpr int TPV = 16 / ESIZE;  // tokens per vector
   constexpr int PD = tp_vecs<MINB>();
@@ -284,13 +295,15 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   // rows with k > kSeedMaxK: the first pass counts the keys' top 11 bits into this histogram (past
   // the buffer's kTpCap entries)
   uint32_t* hist = reinterpret_cast<uint32_t*>(buf + kTpCap);
-  const bool seeded = k <= kTpSeedMaxK;
+  // (the large-k instantiation has no lane-maxima path: its rows with k <= kTpSeedMaxK, which the
+  // host does not send it, take the group maxima bound)
+  const bool seeded = !LK && k <= kTpSeedMaxK;
   const bool grouped = !seeded && k <= kTpGroupMaxK && n > k;  // (the group maxima bound)
   bool spec_ok = false;  // (speculative candidates below: no lane / group / batch maxima then)
-  [[maybe_unused]] uint32_t spec_r = 0;  // (FIB_TWOPASS_SPEC=0: unused)
-#if FIB_TWOPASS_SPEC
+  [[maybe_unused]] uint32_t spec_r = 0;  // (kSpec false: unused)
+  if constexpr (kSpec) {
   // rows with the group maxima bound (FIB_TWOPASS_SPEC >= 1) or the lane maxima bound (>= 2)
-  if (grouped || (FIB_TWOPASS_SPEC >= 2 && seeded && n > k)) {
+  if (grouped || (kSpecSeeded && seeded && n > k)) {
     // m: the sample's expected tokens at or above the slice's k-th largest (iid tokens); the r-th
     // largest sampled value, r = m + 5 sqrt(m) + 8, lies above that k-th largest only about 5
     // standard deviations of the sample's spread away (m < 4: r >= 16, Poisson tail < 1e-9), and
@@ -301,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
               static_cast<float>(k) * rr <= 0.75f * static_cast<float>(kTpCap) * mexp;
     spec_r = static_cast<uint32_t>(rr);
   }
-#endif
+  }
   if (!seeded || spec_ok) {
 #pragma unroll
     for (int j = 0; j < kBins / kThreads; ++j) hist[j * kThreads + tid] = 0u;
@@ -381,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     }
   };
   auto no_end = [](int) {};
-#if FIB_TWOPASS_SPEC
+  if constexpr (kSpec) {
   if (spec_ok) {
     // ---- speculative candidates (docs/kernels.md, "Speculative candidates"): 8 tokens per
     // thread sampled evenly over the slice (one 32-byte sector each) estimate a value that about
@@ -446,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
 #endif
     }
   }
-#endif
+  }
   if (spec) {
   } else if (seeded) {
     pass1([&](const float (&x)[TPV], int ib, int) {
@@ -701,7 +714,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     if (!push) cl_arrive();  // no remote reads after this point
   }
   FIB_PROF(6);
-#if FIB_TWOPASS_REJECT_TAIL
+  if constexpr (kRejTail) {
   // rows the cluster kernel samples by rejection after its top-k (sampler.cuh, rej_k_first): its
   // rounds on the exact top-k set, no sort (the cluster kernel's token)
   if (!joint && use_p && tp >= 0.25f && p.rej_min_k > 0 && k > p.rej_min_k) {  // (block-uniform)
@@ -738,7 +751,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
       return;
     }
   }
-#endif
+  }
   int P = 32;
   while (P < nc0) P <<= 1;
   for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;
@@ -756,11 +769,11 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
 #endif
 }
 
-// Host: launches twopass_kernel<DT, MINB> for the p.B rows of p with S CTAs per row (one cluster
-// per row) on stream st, with the filter kernel's slice and fallback layout.
-template <int DT, int MINB>
+// Host: launches twopass_kernel<DT, MINB, LK> for the p.B rows of p with S CTAs per row (one
+// cluster per row) on stream st, with the filter kernel's slice and fallback layout.
+template <int DT, int MINB, bool LK>
 inline cudaError_t launch_twopass_rows(Params p, int S, cudaStream_t st) {
-  return launch_cluster_rows(twopass_kernel<DT, MINB>, p, S, kTwoPassSmem, st);
+  return launch_cluster_rows(twopass_kernel<DT, MINB, LK>, p, S, kTwoPassSmem, st);
 }
 
 }  // namespace sampling
