@@ -126,6 +126,26 @@ def test_sampling_dispatched_with_public_names(fi):
     assert inputs[2].shape == (3,)
 
 
+def test_scalar_top_k_noted_for_the_large_k_kernel(fi):
+    """A scalar top_k > 128 is broadcast into a per-row tensor for the dispatcher and its value noted
+    as that tensor's min_top_k (fib's sampling kernels then take their large-k path); smaller
+    scalars and per-row tensors are not noted."""
+    from fib_runtime.kernels import sampling as S
+
+    S._hints.clear()
+    d = FakeDispatcher()
+    FlashInferInstrumentor().instrument(d, None)
+    p = _probs(3, 400)
+    fi.sampling.top_k_top_p_sampling_from_probs(p, 300, 0.9)
+    k_t = d.calls[-1][1][1]
+    assert k_t.tolist() == [300, 300, 300] and S._hints[id(k_t)] == (k_t, 300)
+    fi.sampling.top_k_sampling_from_probs(p, 50)
+    assert id(d.calls[-1][1][1]) not in S._hints
+    fi.sampling.top_k_top_p_sampling_from_probs(p, torch.tensor([200, 300, 400]), 0.9)
+    assert id(d.calls[-1][1][1]) not in S._hints and len(S._hints) == 1
+    S._hints.clear()
+
+
 def test_nested_calls_dispatched_and_counted_once(fi):
     d = FakeDispatcher()
     FlashInferInstrumentor().instrument(d, None)

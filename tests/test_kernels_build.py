@@ -202,6 +202,41 @@ def test_philox_reference_matches_known_vector():
         assert const in hdr
 
 
+def test_min_top_k_hint_in_the_flags(monkeypatch):
+    """min_top_k goes to the library in the flags word (bits 16-46, host_args.h), explicitly or as a
+    note on the per-row top_k tensor (note_min_top_k: that tensor object only, the last 16 kept);
+    an explicit hint wins over a note; a negative one is refused before any launch."""
+    import torch
+
+    S = importlib.import_module("fib_runtime.kernels.sampling")
+    flags = []
+    monkeypatch.setattr(S, "_fn", lambda *a: flags.append(a[2]) or 0)
+    monkeypatch.setattr(S, "_fn_alloc", None)
+    monkeypatch.setattr(S, "_hints", {})
+    x = torch.rand(3, 500)
+    k = torch.tensor([300, 400, 500], dtype=torch.int32)
+    S.top_k_top_p_sampling_from_probs(x, k, 0.9, seed=1, offset=1)
+    S.top_k_top_p_sampling_from_probs(x, k, 0.9, min_top_k=300, seed=1, offset=1)
+    S.top_k_sampling_from_logits(x, k, min_top_k=2**40, seed=1, offset=1)
+    assert flags == [S._SAMPLE, S._SAMPLE | 300 << 16, S._SAMPLE | S._LOGITS | (2**31 - 1) << 16]
+    assert S.note_min_top_k(k, 250) is k
+    S.top_k_top_p_sampling_from_logits(x, k, 0.9, filter_apply_order="joint", seed=1, offset=1)
+    assert flags[-1] == S._SAMPLE | S._LOGITS | S._JOINT | 250 << 16
+    S.top_k_top_p_sampling_from_logits(x, k, 0.9, min_top_k=129, seed=1, offset=1)
+    assert flags[-1] == S._SAMPLE | S._LOGITS | 129 << 16
+    S.top_k_top_p_sampling_from_logits(x, k.clone(), 0.9, seed=1, offset=1)  # another tensor: no note
+    assert flags[-1] == S._SAMPLE | S._LOGITS
+    for _ in range(20):
+        S.note_min_top_k(torch.tensor([200, 200, 200]), 200)
+    assert len(S._hints) == 16 and id(k) not in S._hints
+    n = len(flags)
+    with pytest.raises(ValueError, match="min_top_k"):
+        S.top_k_sampling_from_probs(x, k, min_top_k=-1, seed=1, offset=1)
+    with pytest.raises(ValueError, match="min_top_k"):
+        S.note_min_top_k(k, -5)
+    assert len(flags) == n
+
+
 def test_sampling_wrapper_marshalling(monkeypatch):
     """The Python layer hands the library its arguments as they are and converts only on refusal
     (no GPU: a fake library that refuses what the real one refuses)."""

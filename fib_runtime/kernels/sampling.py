@@ -79,6 +79,7 @@ __all__ = [
     "top_k_renorm_probs",
     "top_p_renorm_probs",
     "top_k_mask_logits",
+    "note_min_top_k",
 ]
 
 # the library's flags word: mode (bits 0-1) | logits input | joint order (kernels_cuda host_args.h)
@@ -146,6 +147,10 @@ def _call(x: torch.Tensor, flags: int, top_k=None, top_p=None, min_p=None, tempe
     checks them in C++, kernels_cuda/include/fib/sampling/host_args.h); only what it refuses is
     converted here, and the library is called once more."""
     fn = _fn if _fn is not None else _sample_fn()
+    if _hints and type(top_k) is _Tensor and not flags >> _HINT_SHIFT:
+        h = _hints.get(id(top_k))
+        if h is not None and h[0] is top_k:
+            flags |= _hint(h[1])
     if seed is None or offset is None:
         if generator is not None:
             ds, do = generator.initial_seed(), next(_counter)
@@ -193,6 +198,24 @@ def _tensor_or(v, scalar, dtypes):
             v = v.to(dtypes[0])
         return v if v.is_contiguous() else v.contiguous()
     return scalar(v)
+
+
+# per-row top_k tensors whose smallest entry a caller noted (note_min_top_k): id -> (tensor, value)
+_hints: dict = {}
+_HINTS_MAX = 16
+
+
+def note_min_top_k(top_k: torch.Tensor, min_top_k: int) -> torch.Tensor:
+    """Note that every entry of this per-row ``top_k`` tensor is at least ``min_top_k``: later calls
+    that get this tensor object and no ``min_top_k`` of their own take it as their hint. For
+    callers whose calls are built elsewhere (the adapters broadcast a scalar top_k into a tensor
+    before the dispatcher calls the kernel). The last 16 tensors are kept (held: an id is never
+    taken for another tensor's); returns ``top_k``."""
+    _hint(min_top_k)  # (checks the value)
+    if len(_hints) >= _HINTS_MAX:
+        _hints.pop(next(iter(_hints)), None)
+    _hints[id(top_k)] = (top_k, int(min_top_k))
+    return top_k
 
 
 def _hint(min_top_k) -> int:
