@@ -492,6 +492,9 @@ def main():
         log(f"FlashInfer not available: {FI.err}")
     meta = run_meta()
     meta["min_top_k_hint"] = HINT
+    from fib_runtime import envs
+
+    meta["twopass_large_k"] = bool(envs.get("FIB_SAMPLING_TWOPASS_LARGE_K"))  # (the hint's kernel enabled)
     log(json.dumps(meta))
     t0 = time.time()
     res = {"meta": meta, "grid": [], "extra": [], "host_cost_us": {}, "cluster_sweep": [], "acceptance": {}}

@@ -66,9 +66,10 @@ struct DevInfo {
   // 6M tokens or FIB_SAMPLING_STREAM_MIN_B rows) run the two-pass kernel (sm_90) with one CTA per
   // SM, batches from this size (and 6M tokens) the two-pass kernel with two CTAs per SM
   int twopass_max_b = 256;
-  // FIB_SAMPLING_TWOPASS_LARGE_K=0: never the two-pass kernel's large-k instantiation (twopass.cuh,
-  // LK), which runs the calls whose every row's top_k is known on the host to exceed kTpSeedMaxK
-  bool twopass_lk = true;
+  // FIB_SAMPLING_TWOPASS_LARGE_K=1: the two-pass kernel's large-k instantiation (twopass.cuh, LK)
+  // runs the calls whose every row's top_k is known on the host to exceed kTpSeedMaxK. Off by
+  // default until this build has run on the GPU (its knobs 5000 / 6000 + S reach it either way)
+  bool twopass_lk = false;
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 using fs::kStreamSmem;
@@ -349,9 +350,10 @@ int twopass2_cluster(int cluster) {
 // The two-pass kernel's large-k instantiation (twopass.cuh, LK: speculative candidates, the
 // rejection tail, no lane-maxima path) for calls whose every top-k row is known on the host to have
 // k > kTpSeedMaxK: a scalar top_k, or a per-row tensor with the caller's min_top_k hint above it.
-// Forced by knobs 5000 + S / 6000 + S (the 3000 / 4000 knobs' kernels), refused by 3000 / 4000 and
-// FIB_SAMPLING_TWOPASS_LARGE_K=0. H200 against the default instantiation (docs/kernels.md, "The
-// large-k instantiation"): the k >= 1024 rows 0.82x (both switches in one kernel, 2026-12-05).
+// Forced by knobs 5000 + S / 6000 + S (the 3000 / 4000 knobs' kernels), refused by 3000 / 4000; the
+// automatic policy takes it only with FIB_SAMPLING_TWOPASS_LARGE_K=1 (off until it has run on the
+// GPU). H200, the same paths compiled into one kernel (docs/kernels.md, "The large-k
+// instantiation"): the k >= 1024 rows 0.82x the default kernel's time (2026-12-05).
 bool twopass_large_k(const DevInfo& d, const fs::Params& p, int64_t min_k, int cluster) {
   if (cluster >= 5000 && cluster < 7000) return true;
   if (cluster >= 3000 && cluster < 5000) return false;

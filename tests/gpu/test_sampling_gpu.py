@@ -248,11 +248,11 @@ def test_distribution_large_k_rejection(V, k, p, mp, kind, src, order, force_pat
     rows with k > 256 (FIB_SAMPLING_REJECT_JOINT_MIN_K) draw from the whole row and check the top-k
     rank, min-p and the row's nucleus per candidate, on peaked rows only (flat ones: the exact radix
     path for k > 1024, else the candidate path); a row whose rounds all fall outside draws again on
-    the exact path. auto: B=989 rows with a scalar k > 128 take the two-pass kernel's large-k
-    instantiation with two CTAs per SM (sm_90: speculative candidates; top_k_first rows with k >
-    1024 its rejection tail, the cluster kernel's rounds on the merged exact top k); twopass_lk3:
-    the same with 3 CTAs per row (the sets merged over DSMEM first); cluster4: the resident-row
-    cluster kernel."""
+    the exact path. auto: B=989 rows take the two-pass kernel with two CTAs per SM (sm_90; with
+    FIB_SAMPLING_TWOPASS_LARGE_K=1 its large-k instantiation, as the scalar k > 128 allows);
+    twopass_lk3: the large-k instantiation with 3 CTAs per row (speculative candidates, the sets
+    merged over DSMEM, then for top_k_first rows with k > 1024 the rejection tail: the cluster
+    kernel's rounds on the merged exact top k); cluster4: the resident-row cluster kernel."""
     gen = torch.Generator().manual_seed(V + k + int(p * 100))
     for _ in range(20):
         lg = make_row(V, kind, gen)
@@ -732,16 +732,20 @@ def test_twopass_reject_tail_same_tokens_as_cluster(src, k):
 
 @pytest.mark.parametrize("src", ["probs", "logits"])
 def test_min_top_k_hint_picks_the_large_k_kernel(src):
-    """The automatic policy (B=64 and 300 rows: the two-pass kernel with one / two CTAs per SM)
-    runs its large-k instantiation for a scalar top_k > 128 or a per-row top_k with a min_top_k
-    hint > 128, else the default one. The token tells them apart: top_k_first rows with k > 1024
+    """With FIB_SAMPLING_TWOPASS_LARGE_K=1 the automatic policy (B=64 and 300 rows: the two-pass
+    kernel with one / two CTAs per SM) runs its large-k instantiation for a scalar top_k > 128 or a
+    per-row top_k with a min_top_k hint > 128 (or noted with note_min_top_k), else the default one;
+    without it (the default) always the default one. The token tells them apart: top_k_first rows with k > 1024
     take the rejection tail (the cluster kernel's token, knob 4) in the large-k one and the sorted
     tail (the streaming kernel's token, knob -1) in the default one. A wrong hint (rows with k = 1,
     50, 128, 500 under min_top_k=1000) changes the kernel, never which tokens a row keeps: those
     rows still return the streaming kernel's token."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("the two-pass kernel runs on sm_90+")
+    from fib_runtime import envs
+
     rt_default = S._build_config().get("twopass_reject_tail", 0) == 1
+    lk_on = bool(envs.get("FIB_SAMPLING_TWOPASS_LARGE_K"))
     V = 100003  # (B=64: 6.4M tokens, past the two-pass kernel's threshold)
     old = S._CLUSTER
     try:
@@ -760,16 +764,30 @@ def test_min_top_k_hint_picks_the_large_k_kernel(src):
 
             sorted_tail, rejection = run(-1, k), run(4, k)
             assert not torch.equal(sorted_tail, rejection)  # (the two tails differ on most rows)
-            assert torch.equal(run(0, k), rejection if rt_default else sorted_tail), B  # no hint
-            assert torch.equal(run(0, k, hint=int(k.min())), rejection), B
-            assert torch.equal(run(0, k, hint=129), rejection), B
-            assert torch.equal(run(0, k, hint=128), rejection if rt_default else sorted_tail), B
-            assert torch.equal(run(0, 1500, hint=None), run(4, 1500)), B  # scalar k > 128
+            default = rejection if rt_default else sorted_tail  # (the default kernel's token)
+            large = rejection if lk_on else default  # (where the hint picks the large-k kernel)
+            assert torch.equal(run(0, k), default), B  # no hint
+            assert torch.equal(run(0, k, hint=int(k.min())), large), B
+            assert torch.equal(run(0, k, hint=129), large), B
+            assert torch.equal(run(0, k, hint=128), default), B
+            S.note_min_top_k(k, int(k.min()))
+            assert torch.equal(run(0, k), large), B  # (the note on this tensor)
+            assert torch.equal(run(0, k.clone()), default), B
+            S._hints.clear()
+            S._CLUSTER = 0
+            scalar = fn(x, 1500, p, seed=21, offset=B)  # a scalar k > 128 is its own hint
+            S._CLUSTER = 4 if lk_on or rt_default else -1
+            assert torch.equal(scalar, fn(x, 1500, p, seed=21, offset=B)), B
+            for cl in (5000, 6000):  # the knobs reach the large-k kernel either way
+                assert torch.equal(run(cl, k), rejection), (B, cl)
             kw = k.clone()
             kw[:4] = torch.tensor([1, 50, 128, 500], dtype=torch.int32, device=DEV)
-            got, want_small = run(0, kw, hint=1000), run(-1, kw)
-            assert torch.equal(got[:4], want_small[:4]), (B, got[:4].tolist(), want_small[:4].tolist())
-            assert torch.equal(got[4:], run(4, kw)[4:]), B
+            want_small = run(-1, kw)
+            for cl, h in ((0, 1000), (5000, None), (6000, None)):  # a wrong hint; the knobs
+                got = run(cl, kw, hint=h)
+                assert torch.equal(got[:4], want_small[:4]), (B, cl, got[:4].tolist(), want_small[:4].tolist())
+                assert torch.equal(got[4:], (run(4, kw) if cl or lk_on else want_small if not rt_default
+                                             else run(4, kw))[4:]), (B, cl)
             xf = x.float()
             larger = (xf > xf.gather(1, got[:, None])).sum(1)
             assert bool((larger < kw).all()), B
