@@ -255,6 +255,7 @@ def make_wrapper(
     *,
     registrar: Optional[Callable[[dict], Any]] = None,
     transparent: bool = False,
+    observe: Optional[Callable[[Any, tuple, dict, Any], Any]] = None,
 ) -> Callable:
     """Build the wrapt wrapper ``wrapper(wrapped, instance, args, kwargs)`` of one op.
 
@@ -272,10 +273,29 @@ def make_wrapper(
 
         transparent: count the call and run the original *without* taking the re-entrancy depth,
             so that the patched method it calls (``forward`` -> ``self.run``) is the one dispatched.
+        observe: ``observe(instance, args, kwargs, result)`` after the original, which always runs
+            and returns unchanged (an engine's host-side facts for later dispatched calls, e.g.
+            the smallest top_k of a batch); its errors are counted (``error_observe``), never
+            raised outside strict mode. ``bind`` is not used then.
 
     The original runs with the caller's original arguments whenever anything of ours fails, and
     exceptions raised by the original itself propagate unchanged (never run twice).
     """
+
+    if observe is not None:
+        def observer(wrapped, instance, args, kwargs):
+            out = wrapped(*args, **kwargs)
+            try:
+                observe(instance, args, kwargs, out)
+            except Exception:
+                STATS.bump(op, "error_observe")
+                if strict_mode():
+                    raise
+                _warn_once(("observe", op), "fib-runtime: observing %s failed", op)
+            return out
+
+        observer._fib_op = op  # type: ignore[attr-defined]
+        return observer
 
     if transparent:
         def passthrough(wrapped, instance, args, kwargs):
@@ -448,7 +468,8 @@ class Instrumentor:
 
     def spec(self, op: str) -> Any:
         """The op spec for ``op``: an object with ``bind(instance, args, kwargs) -> Call | None``
-        (and optionally ``transparent = True``), see :func:`make_wrapper`."""
+        (and optionally ``transparent = True``), or with ``observe(instance, args, kwargs,
+        result)`` instead, see :func:`make_wrapper`."""
         raise NotImplementedError
 
     def wrapper_for(self, target: Target) -> Callable:
@@ -456,8 +477,9 @@ class Instrumentor:
         w = self._wrappers.get(target.op)
         if w is None:
             sp = self.spec(target.op)
-            w = make_wrapper(target.op, sp.bind, self._dispatcher, self._recorder,
-                             registrar=self._registrar, transparent=bool(getattr(sp, "transparent", False)))
+            w = make_wrapper(target.op, getattr(sp, "bind", None), self._dispatcher, self._recorder,
+                             registrar=self._registrar, transparent=bool(getattr(sp, "transparent", False)),
+                             observe=getattr(sp, "observe", None))
             self._wrappers[target.op] = w
         return w
 

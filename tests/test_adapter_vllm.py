@@ -80,6 +80,38 @@ def test_register_enabled_routes_sampler_and_is_reentrant(vl, monkeypatch):
     assert "instrumented" in vl.marker.read_text()
 
 
+def test_host_top_k_minimum_noted_on_the_sampler_tensor(vl):
+    """Observed, not dispatched: InputBatch._make_sampling_metadata (model runner v1) and
+    SamplingStates.get_top_k_top_p (v2) run unchanged, and the batch's smallest top_k, read from
+    their host copies, is noted on the per-row tensor they return when it exceeds 128 (rows
+    without top-k hold the vocabulary size); the sampler call that gets that tensor then carries
+    the hint to fib's kernels."""
+    from fib_runtime.kernels import sampling as S
+
+    S._hints.clear()
+    VllmInstrumentor().instrument(Disp(), None)
+    ib = vl.input_batch.InputBatch([300, 0, 500])  # (0: no top-k -> the vocabulary size)
+    md = ib._make_sampling_metadata()
+    assert md.top_k.tolist() == [300, 1000, 500] and S._hints[id(md.top_k)] == (md.top_k, 300)
+    small = vl.input_batch.InputBatch([300, 20])._make_sampling_metadata()
+    assert id(small.top_k) not in S._hints  # (min 20: the default kernel)
+    assert vl.input_batch.InputBatch([0, 0])._make_sampling_metadata().top_k is None
+    st = vl.states.SamplingStates([1000, 200, 150, 20])
+    k, p = st.get_top_k_top_p(torch.tensor([1, 1, 2]), __import__("numpy").array([1, 2]))
+    assert k.tolist() == [200, 200, 150] and p is None and S._hints[id(k)] == (k, 150)
+    k2, _ = st.get_top_k_top_p(torch.tensor([2, 3]), __import__("numpy").array([2, 3]))
+    assert id(k2) not in S._hints
+    assert st.get_top_k_top_p(torch.tensor([0]), __import__("numpy").array([0]))[0] is None
+    # the sampler's call with that tensor reaches the dispatcher with it (the hint travels on it)
+    seen = []
+    VllmInstrumentor().uninstrument()
+    VllmInstrumentor().instrument(lambda name, inputs, fb: seen.append(inputs[1]) or fb(), None)
+    sampler = vl.topk.TopKTopPSampler()
+    sampler.forward(torch.randn(3, 1000), {}, md.top_k, None)
+    assert seen and seen[-1] is md.top_k
+    S._hints.clear()
+
+
 def test_seeded_requests_keep_vllm_semantics(vl):
     d = Disp({"top_k_top_p_sampling_from_logits_v40": _zero_sampler})
     VllmInstrumentor().instrument(d, None)

@@ -23,7 +23,9 @@ Targets (:data:`TARGETS`): ``TopKTopPSampler.forward_native / forward_cpu / forw
 class attributes, so samplers built later bind the wrapper; instances that already exist have
 their per-instance ``self.forward`` rebound), ``apply_top_k_top_p`` (+ ``_pytorch``,
 ``apply_top_k_only``), ``flashinfer_sample``, and every ``from ... import`` copy of those in
-``vllm.*`` modules, plus the whole FlashInfer adapter (vLLM's
+``vllm.*`` modules; observed only (vLLM's call unchanged), ``InputBatch._make_sampling_metadata``
+and ``SamplingStates.get_top_k_top_p``, whose batch's smallest top_k (on the host) is noted on the
+per-row top_k tensor the sampler then gets (``note_min_top_k``); plus the whole FlashInfer adapter (vLLM's
 ``flashinfer_sample`` reaches ``flashinfer.sampling.*`` by attribute). Modules not imported
 yet are patched by post-import hooks when vLLM imports them. Seeded requests, fp64 Gumbel and
 processed-logprobs modes run vLLM's own code (see :mod:`.ops`).
@@ -60,7 +62,11 @@ TARGETS: tuple = tuple(
        Target(_SAMPLER_MOD, "apply_top_k_top_p_pytorch", "vllm_apply_top_k_top_p"),
        Target(_SAMPLER_MOD, "apply_top_k_only", "vllm_apply_top_k_only"),
        Target(_SAMPLER_MOD, "flashinfer_sample", "vllm_flashinfer_sample",
-              note="bound by name in v1/worker/gpu/sample/sampler.py")]
+              note="bound by name in v1/worker/gpu/sample/sampler.py"),
+       # observed, not dispatched: the batch's smallest top_k, known on the host, noted on the
+       # per-row tensor the sampler gets (fib's sampling kernels pick their large-k path by it)
+       Target("vllm.v1.worker.gpu_input_batch", "InputBatch._make_sampling_metadata", "vllm_input_batch_top_k"),
+       Target("vllm.v1.worker.gpu.sample.states", "SamplingStates.get_top_k_top_p", "vllm_sampling_states_top_k")]
 )
 
 

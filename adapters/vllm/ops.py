@@ -147,9 +147,53 @@ class ApplyTopKTopPSpec:
                     adapt=adapt, definition_factory=lambda: _defs.definition(kind, vocab))
 
 
+def _note(k: Any, smallest: Any) -> None:
+    """Tell fib's sampling kernels that every entry of the per-row ``k`` is at least ``smallest``
+    (rows without top-k hold the vocabulary size). Only above 128, where it picks a kernel."""
+    if not isinstance(k, torch.Tensor) or k.dim() != 1:
+        return
+    m = int(smallest)
+    if m > 128:
+        from fib_runtime.kernels.sampling import note_min_top_k
+
+        note_min_top_k(k, m)
+
+
+@dataclass(frozen=True)
+class InputBatchTopKSpec:
+    """``InputBatch._make_sampling_metadata()`` (vLLM's model runner, on each batch change): the
+    returned metadata's ``top_k`` is the device slice ``top_k[:num_reqs]`` that the sampler gets;
+    its smallest entry is on the host (``top_k_cpu``). Observed only: vLLM's call is unchanged."""
+
+    def observe(self, instance: Any, args: tuple, kwargs: dict, md: Any) -> None:
+        k = getattr(md, "top_k", None)
+        if k is None:
+            return
+        n = getattr(instance, "num_reqs", 0)
+        if n:
+            _note(k, instance.top_k_cpu[:n].min())
+
+
+@dataclass(frozen=True)
+class SamplingStatesTopKSpec:
+    """``SamplingStates.get_top_k_top_p(expanded_idx_mapping, idx_mapping_np)`` (the GPU model
+    runner v2, every step): the gathered per-row ``top_k`` it returns goes to ``flashinfer_sample``;
+    its entries' host copies are ``top_k.np[idx_mapping_np]``. Observed only."""
+
+    def observe(self, instance: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        k = out[0] if isinstance(out, tuple) and out else None
+        if k is None:
+            return
+        idx = args[1] if len(args) > 1 else kwargs.get("idx_mapping_np")
+        if idx is not None and len(idx):
+            _note(k, instance.top_k.np[idx].min())
+
+
 SPECS = {
     "vllm_topk_topp_sample": SamplerForwardSpec(),
     "vllm_flashinfer_sample": FlashInferSampleSpec(),
     "vllm_apply_top_k_top_p": ApplyTopKTopPSpec(),
     "vllm_apply_top_k_only": ApplyTopKTopPSpec(k_only=True),
+    "vllm_input_batch_top_k": InputBatchTopKSpec(),
+    "vllm_sampling_states_top_k": SamplingStatesTopKSpec(),
 }

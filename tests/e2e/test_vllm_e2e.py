@@ -14,6 +14,9 @@ python solution for ``top_k_top_p_sampling_from_logits_v{V}``, PROMETHEUS_MULTIP
   which the adapter leaves to vLLM) is reproducible;
 - the sampler was intercepted and dispatched to the python solution: ``fib_dispatch_total``
   with outcome ``hit`` on the server's ``/metrics``;
+- a batch with top_k=300 on every request has that minimum noted, from vLLM's host copy of the
+  batch's top_k, on the very per-row tensor the dispatched solution receives (its probe writes
+  what it found; fib's sampling kernels take their large-k path by that note);
 - workloads were recorded, the dataset they form validates and each replays through the
   definition's reference.
 Run 2 (``VLLM_PLUGINS=""``): no marker, no ``fib_*`` metric, no workload: nothing of ours ran.
@@ -91,7 +94,7 @@ def run1(tmp_path_factory):
         "FIB_ENABLE_APPLY": "1", "FIB_ENABLE_TRACING": "1", "FIB_DATASET_PATH": str(work / "dataset"),
         "FIB_TRACE_PATH": str(work / "trace"), "FIB_PLUGIN_MARKER": str(marker),
         "FIB_HARDWARE": "CPU", "FIB_RELOAD_INTERVAL": "1", "FIB_TRACE_KEEP_FIRST_K": "2",
-        "PROMETHEUS_MULTIPROC_DIR": str(work / "prom")})
+        "PROMETHEUS_MULTIPROC_DIR": str(work / "prom"), "FIB_E2E_HINT_MARKER": str(work / "hints")})
     res = {"work": work, "vocab": info["vocab_size"], "definition": name, "marker": marker}
     try:
         TIMINGS["ready_s"] = round(srv.wait_ready(), 1)
@@ -105,6 +108,12 @@ def run1(tmp_path_factory):
         res["top1"] = vs.completions(srv.base, model, prompt=["numbers 0 1 2"], max_tokens=10,
                                      temperature=0.8, top_k=1, logprobs=1,
                                      return_tokens_as_token_ids=True)
+        # a batch whose every request has top_k > 128: vLLM's host copy of the batch's top_k is
+        # noted on the tensor its sampler gets (the solution's probe writes what it saw)
+        res["large_k"] = min(300, info["vocab_size"] - 10)
+        res["sampled_large_k"] = vs.completions(srv.base, model, prompt=["hello world"] * 3, max_tokens=4,
+                                                temperature=0.8, top_p=0.9, top_k=res["large_k"],
+                                                return_tokens_as_token_ids=True)
         res["seeded"] = [vs.completions(srv.base, model, prompt=["the lazy dog"], max_tokens=10,
                                         temperature=1.0, top_p=0.95, seed=1234, logprobs=1,
                                         return_tokens_as_token_ids=True) for _ in range(2)]
@@ -154,6 +163,21 @@ def test_sampler_dispatched_to_python_solution_on_metrics(run1):
     hits = _value(m, "fib_dispatch_total", definition=run1["definition"],
                   solution=vs.SOLUTION_NAME, outcome="hit")
     assert hits > 0, "\n".join(m) + "\n" + run1["log"][-3000:]
+
+
+def test_host_top_k_noted_on_the_sampler_tensor(run1):
+    """The observed ``InputBatch._make_sampling_metadata``: a batch whose smallest top_k exceeds
+    128 has that minimum noted (note_min_top_k) on the very per-row tensor that the dispatched
+    solution receives; batches with top_k=20 are not noted. The solution's probe writes
+    ``<noted> <tensor min>`` per call that found a note."""
+    k = run1["large_k"]
+    assert k > 128, run1["vocab"]
+    path = run1["work"] / "hints"
+    lines = path.read_text().split("\n") if path.exists() else []
+    seen = [ln for ln in lines if ln]
+    assert not [ln for ln in seen if ln.startswith("error")], seen
+    assert f"{k} {k}" in seen, (seen, run1["log"][-2000:])
+    assert all(int(a) > 128 and int(a) <= int(b) for a, b in (ln.split() for ln in seen)), seen
 
 
 def test_workloads_recorded_validate_and_replay(run1):

@@ -147,7 +147,45 @@ def flashinfer_engines():
 
 
 VLLM_MODULES = ("vllm", "vllm.v1", "vllm.v1.sample", "vllm.v1.sample.ops",
-                "vllm.v1.sample.ops.topk_topp_sampler", "vllm.v1.sample.rejection_sampler")
+                "vllm.v1.sample.ops.topk_topp_sampler", "vllm.v1.sample.rejection_sampler",
+                "vllm.v1.worker", "vllm.v1.worker.gpu", "vllm.v1.worker.gpu.sample",
+                "vllm.v1.worker.gpu_input_batch", "vllm.v1.worker.gpu.sample.states")
+
+# vLLM's input batch (model runner v1) and sampling states (v2), as far as the adapter observes
+# them: the host copies of the per-request top_k and the device tensors the sampler gets
+INPUT_BATCH = r'''
+import types
+import numpy as np
+import torch
+
+class InputBatch:
+    def __init__(self, ks, vocab=1000):
+        self.vocab_size = vocab
+        self.top_k_cpu = np.array([k if 0 < k < vocab else vocab for k in ks] + [7] * 4, dtype=np.int32)
+        self.top_k = torch.from_numpy(self.top_k_cpu.copy())
+        self.num_reqs = len(ks)
+        self.no_top_k = all(not 0 < k < vocab for k in ks)
+
+    def _make_sampling_metadata(self):
+        n = self.num_reqs
+        return types.SimpleNamespace(top_k=None if self.no_top_k else self.top_k[:n])
+'''
+
+SAMPLING_STATES = r'''
+import types
+import numpy as np
+import torch
+
+class SamplingStates:
+    def __init__(self, ks, vocab=1000):
+        self.vocab_size = vocab
+        np_ = np.array(ks, dtype=np.int32)
+        self.top_k = types.SimpleNamespace(np=np_, gpu=torch.from_numpy(np_.copy()))
+
+    def get_top_k_top_p(self, expanded_idx_mapping, idx_mapping_np):
+        do_top_k = np.any(self.top_k.np[idx_mapping_np] != self.vocab_size)
+        return (self.top_k.gpu[expanded_idx_mapping] if do_top_k else None), None
+'''
 
 
 @contextlib.contextmanager
@@ -155,14 +193,17 @@ def fake_vllm(version: str = "0.32.0", with_sampler: bool = True):
     """A fake ``vllm`` tree with the sampler modules (when ``with_sampler``)."""
     saved = {n: sys.modules.get(n) for n in VLLM_MODULES}
     try:
-        for n in VLLM_MODULES[:4]:
+        for n in VLLM_MODULES[:4] + VLLM_MODULES[6:9]:
             _module(n, "", package=True)
         sys.modules["vllm"].__version__ = version
         if with_sampler:
             _module(VLLM_MODULES[4], TOPK_TOPP)
             _module(VLLM_MODULES[5], REJECTION)
+            _module(VLLM_MODULES[9], INPUT_BATCH)
+            _module(VLLM_MODULES[10], SAMPLING_STATES)
         yield types.SimpleNamespace(
             topk=sys.modules.get(VLLM_MODULES[4]), rejection=sys.modules.get(VLLM_MODULES[5]),
+            input_batch=sys.modules.get(VLLM_MODULES[9]), states=sys.modules.get(VLLM_MODULES[10]),
             install_sampler=lambda: (_module(VLLM_MODULES[4], TOPK_TOPP),
                                      _module(VLLM_MODULES[5], REJECTION)))
     finally:
