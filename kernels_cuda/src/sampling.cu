@@ -363,7 +363,8 @@ bool twopass_large_k(const DevInfo& d, const fs::Params& p, int64_t min_k, int c
 
 template <int DT, int MINB>
 void launch_twopass(const fs::Params& p, int S, bool lk, cudaStream_t st) {
-  check_cuda(lk ? fs::launch_twopass_rows<DT, MINB, true>(p, S, st) : fs::launch_twopass_rows<DT, MINB, false>(p, S, st),
+  check_cuda(lk ? fs::launch_twopass_rows<DT, MINB, true>(p, S, st)
+                : fs::launch_twopass_rows<DT, MINB, false>(p, S, st),
              "cudaLaunchKernelEx(twopass)");
 }
 
@@ -622,7 +623,8 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
     c.smem = static_cast<size_t>(d.split_smem);
   } else if (kind == kTwoPass || kind == kTwoPass2) {
     const int knob = static_cast<int>(cluster >= 5000 && cluster < 7000 ? cluster - 2000 : cluster);
-    c.S = kind == kTwoPass ? twopass_cluster(d, static_cast<int>(B), static_cast<int>(V), knob) : twopass2_cluster(knob);
+    c.S = kind == kTwoPass ? twopass_cluster(d, static_cast<int>(B), static_cast<int>(V), knob)
+                           : twopass2_cluster(knob);
     c.chunk = ((static_cast<int>(V) + c.S - 1) / c.S + 7) & ~7;
     c.resident = 0;
     c.smem = fs::kTwoPassSmem;

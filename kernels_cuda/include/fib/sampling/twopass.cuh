@@ -302,18 +302,18 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   bool spec_ok = false;  // (speculative candidates below: no lane / group / batch maxima then)
   [[maybe_unused]] uint32_t spec_r = 0;  // (kSpec false: unused)
   if constexpr (kSpec) {
-  // rows with the group maxima bound (FIB_TWOPASS_SPEC >= 1) or the lane maxima bound (>= 2)
-  if (grouped || (kSpecSeeded && seeded && n > k)) {
-    // m: the sample's expected tokens at or above the slice's k-th largest (iid tokens); the r-th
-    // largest sampled value, r = m + 5 sqrt(m) + 8, lies above that k-th largest only about 5
-    // standard deviations of the sample's spread away (m < 4: r >= 16, Poisson tail < 1e-9), and
-    // ~k r / m tokens reach it
-    const float mexp = static_cast<float>(kThreads * kTpGroups) * static_cast<float>(k) / static_cast<float>(n);
-    const float rr = ceilf(mexp + 5.0f * sqrtf(mexp) + 8.0f);
-    spec_ok = nvt >= 2 * PD && rr <= 0.5f * static_cast<float>(kThreads * kTpGroups) &&
-              static_cast<float>(k) * rr <= 0.75f * static_cast<float>(kTpCap) * mexp;
-    spec_r = static_cast<uint32_t>(rr);
-  }
+    // rows with the group maxima bound (FIB_TWOPASS_SPEC >= 1) or the lane maxima bound (>= 2)
+    if (grouped || (kSpecSeeded && seeded && n > k)) {
+      // m: the sample's expected tokens at or above the slice's k-th largest (iid tokens); the r-th
+      // largest sampled value, r = m + 5 sqrt(m) + 8, lies above that k-th largest only about 5
+      // standard deviations of the sample's spread away (m < 4: r >= 16, Poisson tail < 1e-9), and
+      // ~k r / m tokens reach it
+      const float mexp = static_cast<float>(kThreads * kTpGroups) * static_cast<float>(k) / static_cast<float>(n);
+      const float rr = ceilf(mexp + 5.0f * sqrtf(mexp) + 8.0f);
+      spec_ok = nvt >= 2 * PD && rr <= 0.5f * static_cast<float>(kThreads * kTpGroups) &&
+                static_cast<float>(k) * rr <= 0.75f * static_cast<float>(kTpCap) * mexp;
+      spec_r = static_cast<uint32_t>(rr);
+    }
   }
   if (!seeded || spec_ok) {
 #pragma unroll
@@ -395,70 +395,70 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   };
   auto no_end = [](int) {};
   if constexpr (kSpec) {
-  if (spec_ok) {
-    // ---- speculative candidates (docs/kernels.md, "Speculative candidates"): 8 tokens per
-    // thread sampled evenly over the slice (one 32-byte sector each) estimate a value that about
-    // k r / m of the slice's tokens reach (m, r: spec_ok above), and the pass appends every token
-    // at or above it. If at least k and at most kTpCap tokens reached it, the buffer holds every
-    // token at or above a value that k of them reach, so the slice's top k, and the slice is
-    // read once. Otherwise (a sample unlike the slice) the radix path below reads it again.
-    float sv[kTpGroups];
-    {
-      constexpr int SV = kTpGroups / TPV;  // vectors per sample (fp32 2, 16-bit 1)
-      int g0 = static_cast<int>((static_cast<int64_t>(tid) * nv) / kThreads) & ~(SV - 1);
-      if (g0 > nv - SV) g0 = nv - SV;  // (nvt >= 2 PD: nv >= kThreads)
+    if (spec_ok) {
+      // ---- speculative candidates (docs/kernels.md, "Speculative candidates"): 8 tokens per
+      // thread sampled evenly over the slice (one 32-byte sector each) estimate a value that about
+      // k r / m of the slice's tokens reach (m, r: spec_ok above), and the pass appends every token
+      // at or above it. If at least k and at most kTpCap tokens reached it, the buffer holds every
+      // token at or above a value that k of them reach, so the slice's top k, and the slice is
+      // read once. Otherwise (a sample unlike the slice) the radix path below reads it again.
+      float sv[kTpGroups];
+      {
+        constexpr int SV = kTpGroups / TPV;  // vectors per sample (fp32 2, 16-bit 1)
+        int g0 = static_cast<int>((static_cast<int64_t>(tid) * nv) / kThreads) & ~(SV - 1);
+        if (g0 > nv - SV) g0 = nv - SV;  // (nvt >= 2 PD: nv >= kThreads)
 #pragma unroll
-      for (int v = 0; v < SV; ++v) {
-        float x[TPV];
-        unpack_vec<DT>(ld_again(reinterpret_cast<const uint4*>(body) + g0 + v), x);
+        for (int v = 0; v < SV; ++v) {
+          float x[TPV];
+          unpack_vec<DT>(ld_again(reinterpret_cast<const uint4*>(body) + g0 + v), x);
 #pragma unroll
-        for (int j = 0; j < TPV; ++j) sv[v * TPV + j] = x[j];
-      }
-    }
-    const float tfs = key2f(group_kth_key<false>(sv, spec_r, logits, hist, s_scratch, s_res, true));
-    spec = tfs > (logits ? -INFINITY : 0.0f);
-    FIB_PROF(15);
-    if (!spec && seeded) {  // the lane-maxima path below expects the head and tail in the buffer
-      for (int e0 = 0; e0 < extra; e0 += kThreads) {
-        const int e = e0 + tid;
-        const bool ok = e < extra;
-        const int i = e < head ? e : tail0 + (e - head);
-        warp_append1(ok, set.comp(ok ? load_elem<DT>(in_row, i) : 0.0f, i), buf, &s_cnt);
-      }
-    }
-    if (spec) {  // (block-uniform)
-      for (int e0 = 0; e0 < extra; e0 += kThreads) {  // the unaligned head and tail tokens
-        const int e = e0 + tid;
-        const bool ok = e < extra;
-        const int i = e < head ? e : tail0 + (e - head);
-        const float x = ok ? load_elem<DT>(in_row, i) : 0.0f;
-        warp_append1(ok && x >= tfs, set.comp(x, i), buf, &s_cnt, kTpCap);
-      }
-      // pass 1 appending every token at or above tfs (the shared-atomic appends on one address are
-      // aggregated per warp by the compiler)
-      pass1([&](const float (&x)[TPV], int ib, int) {
-        uint32_t msk = 0u;
-#pragma unroll
-        for (int j = 0; j < TPV; ++j) msk |= static_cast<uint32_t>(x[j] >= tfs) << j;  // (NaN: never)
-        if (msk != 0u) {
-          int at = atomicAdd(&s_cnt, __popc(msk));
-#pragma unroll
-          for (int j = 0; j < TPV; ++j)
-            if ((msk >> j) & 1u) {
-              if (at < kTpCap) buf[at] = set.comp(x[j], ib + j);  // (past kTpCap: counted)
-              ++at;
-            }
+          for (int j = 0; j < TPV; ++j) sv[v * TPV + j] = x[j];
         }
-      }, no_end);
-      FIB_PROF(16);
-      __syncthreads();
-      const int sc = s_cnt;
-      fast = sc >= k && sc <= kTpCap;
+      }
+      const float tfs = key2f(group_kth_key<false>(sv, spec_r, logits, hist, s_scratch, s_res, true));
+      spec = tfs > (logits ? -INFINITY : 0.0f);
+      FIB_PROF(15);
+      if (!spec && seeded) {  // the lane-maxima path below expects the head and tail in the buffer
+        for (int e0 = 0; e0 < extra; e0 += kThreads) {
+          const int e = e0 + tid;
+          const bool ok = e < extra;
+          const int i = e < head ? e : tail0 + (e - head);
+          warp_append1(ok, set.comp(ok ? load_elem<DT>(in_row, i) : 0.0f, i), buf, &s_cnt);
+        }
+      }
+      if (spec) {  // (block-uniform)
+        for (int e0 = 0; e0 < extra; e0 += kThreads) {  // the unaligned head and tail tokens
+          const int e = e0 + tid;
+          const bool ok = e < extra;
+          const int i = e < head ? e : tail0 + (e - head);
+          const float x = ok ? load_elem<DT>(in_row, i) : 0.0f;
+          warp_append1(ok && x >= tfs, set.comp(x, i), buf, &s_cnt, kTpCap);
+        }
+        // pass 1 appending every token at or above tfs (the shared-atomic appends on one address are
+        // aggregated per warp by the compiler)
+        pass1([&](const float (&x)[TPV], int ib, int) {
+          uint32_t msk = 0u;
+#pragma unroll
+          for (int j = 0; j < TPV; ++j) msk |= static_cast<uint32_t>(x[j] >= tfs) << j;  // (NaN: never)
+          if (msk != 0u) {
+            int at = atomicAdd(&s_cnt, __popc(msk));
+#pragma unroll
+            for (int j = 0; j < TPV; ++j)
+              if ((msk >> j) & 1u) {
+                if (at < kTpCap) buf[at] = set.comp(x[j], ib + j);  // (past kTpCap: counted)
+                ++at;
+              }
+          }
+        }, no_end);
+        FIB_PROF(16);
+        __syncthreads();
+        const int sc = s_cnt;
+        fast = sc >= k && sc <= kTpCap;
 #ifdef FIB_SAMPLING_PROFILE
-      if (blockIdx.y == 0 && rank == 0 && tid == 0) g_fib_prof[11] = static_cast<unsigned long long>(sc);
+        if (blockIdx.y == 0 && rank == 0 && tid == 0) g_fib_prof[11] = static_cast<unsigned long long>(sc);
 #endif
+      }
     }
-  }
   }
   if (spec) {
   } else if (seeded) {
@@ -715,42 +715,42 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   }
   FIB_PROF(6);
   if constexpr (kRejTail) {
-  // rows the cluster kernel samples by rejection after its top-k (sampler.cuh, rej_k_first): its
-  // rounds on the exact top-k set, no sort (the cluster kernel's token)
-  if (!joint && use_p && tp >= 0.25f && p.rej_min_k > 0 && k > p.rej_min_k) {  // (block-uniform)
-    if (nc0 > k) {  // the set of at most Pk cut to the exact top k
-      Segs sg;
-      sg.seg[0] = G;
-      sg.cnt[0] = nc0;
-      sg.nseg = 1;
-      nc0 = compact_ge(G, nc0, kth_prefix(sg, k, ssel), &s_new);
-    }
-    uint64_t mx = 0ull;  // the row's maximum (the top k hold it)
-    for (int j = tid; j < nc0; j += kThreads) mx = G[j] > mx ? G[j] : mx;
-    mx = warp_max_u64(mx);
-    if (lane == 0) s_scratch[tid >> 5] = mx;
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = s_scratch[w] > mx ? s_scratch[w] : mx;
-    __syncthreads();  // (s_scratch is reused)
-    const WeightCtx wc = make_weight_ctx(key2f(static_cast<uint32_t>(mx >> 32)), logits, scale);
-    if (wc.kind == 0 || wc.kind == 1) {
-      int P = 32;
-      while (P < nc0) P <<= 1;
-      for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;  // (the fallback's sort)
-      // scratch: the ring (rows of one CTA, pushed sets: consumed by the select) or, where the set
-      // was merged into the ring, this CTA's buffer
-      uint64_t* const scr = G == ring64 ? buf : ring64;
-      static_assert(kRejTailScratch * 8 <= kFilterRingBytes, "reject_tail's scratch fits the ring");
-      const uint32_t kmin = use_m ? f2key(min_p_threshold(wc, logits, T, mp)) : 0u;
+    // rows the cluster kernel samples by rejection after its top-k (sampler.cuh, rej_k_first): its
+    // rounds on the exact top-k set, no sort (the cluster kernel's token)
+    if (!joint && use_p && tp >= 0.25f && p.rej_min_k > 0 && k > p.rej_min_k) {  // (block-uniform)
+      if (nc0 > k) {  // the set of at most Pk cut to the exact top k
+        Segs sg;
+        sg.seg[0] = G;
+        sg.cnt[0] = nc0;
+        sg.nseg = 1;
+        nc0 = compact_ge(G, nc0, kth_prefix(sg, k, ssel), &s_new);
+      }
+      uint64_t mx = 0ull;  // the row's maximum (the top k hold it)
+      for (int j = tid; j < nc0; j += kThreads) mx = G[j] > mx ? G[j] : mx;
+      mx = warp_max_u64(mx);
+      if (lane == 0) s_scratch[tid >> 5] = mx;
       __syncthreads();
-      reject_tail(p.out_idx + row, row, p.V, row_seed(p, row), row_offset(p, row), G, nc0, wc, kmin, tp, scr,
-                  s_scratch);
-      FIB_PROF(8);
-      if (S > 1 && !push) cl_wait();
-      return;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mx = s_scratch[w] > mx ? s_scratch[w] : mx;
+      __syncthreads();  // (s_scratch is reused)
+      const WeightCtx wc = make_weight_ctx(key2f(static_cast<uint32_t>(mx >> 32)), logits, scale);
+      if (wc.kind == 0 || wc.kind == 1) {
+        int P = 32;
+        while (P < nc0) P <<= 1;
+        for (int j = nc0 + tid; j < P; j += kThreads) G[j] = 0ull;  // (the fallback's sort)
+        // scratch: the ring (rows of one CTA, pushed sets: consumed by the select) or, where the set
+        // was merged into the ring, this CTA's buffer
+        uint64_t* const scr = G == ring64 ? buf : ring64;
+        static_assert(kRejTailScratch * 8 <= kFilterRingBytes, "reject_tail's scratch fits the ring");
+        const uint32_t kmin = use_m ? f2key(min_p_threshold(wc, logits, T, mp)) : 0u;
+        __syncthreads();
+        reject_tail(p.out_idx + row, row, p.V, row_seed(p, row), row_offset(p, row), G, nc0, wc, kmin, tp, scr,
+                    s_scratch);
+        FIB_PROF(8);
+        if (S > 1 && !push) cl_wait();
+        return;
+      }
     }
-  }
   }
   int P = 32;
   while (P < nc0) P <<= 1;
