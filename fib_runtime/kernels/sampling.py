@@ -8,7 +8,9 @@ small top-k sampling batches before sm_90, or the one-pass plain kernel for plai
 large batches) is decided per call from B, V and the dtype; every kernel gives the same tokens for
 the same inputs (docs/kernels.md), except large-k rows, which the cluster kernel and the two-pass
 kernel's large-k instantiation sample by rejection (below), and plain sampling through the plain
-kernel (from 64 or 128 rows): same distribution, another token.
+kernel (from 64 or 128 rows): same distribution, another token. The split-row kernel keeps a
+workspace per device and stream (4 MB and up, allocated on first use and grown with the batch,
+also during graph capture; never freed, as captured graphs may point at it).
 
 ``min_top_k`` (the top-k sampling functions): a value the caller knows every row's ``top_k`` to
 reach (an engine's host-side copy of the batch's top_k; a scalar ``top_k`` is its own;
@@ -17,9 +19,7 @@ reach (an engine's host-side copy of the batch's top_k; a scalar ``top_k`` is it
 ``min_top_k > 128``, batches from 48 rows on sm_90 run the two-pass kernel's large-k
 instantiation (its paths took k >= 1024 rows to 0.82x the default kernel's time). It never changes
 which tokens a row keeps; a wrong hint costs time only. top_k_first rows with ``top_k > 1024``
-then take the rejection rounds' token (the cluster kernel's) instead of the sorted tail's. The split-row kernel keeps a
-workspace per device and stream (4 MB and up, allocated on first use and grown with the batch,
-also during graph capture; never freed, as captured graphs may point at it).
+then take the rejection rounds' token (the cluster kernel's) instead of the sorted tail's.
 
 Semantics (documented rules; the tests check them):
 - ``probs`` are float32 ``[B, V]``; ``logits`` float32, bfloat16 or float16 ``[B, V]``; rows must be
