@@ -735,9 +735,9 @@ def test_min_top_k_hint_picks_the_large_k_kernel(src):
     """With FIB_SAMPLING_TWOPASS_LARGE_K=1 the automatic policy (B=64 and 300 rows: the two-pass
     kernel with one / two CTAs per SM) runs its large-k instantiation for a scalar top_k > 128 or a
     per-row top_k with a min_top_k hint > 128 (or noted with note_min_top_k), else the default one;
-    without it (the default) always the default one. The token tells them apart: top_k_first rows with k > 1024
-    take the rejection tail (the cluster kernel's token, knob 4) in the large-k one and the sorted
-    tail (the streaming kernel's token, knob -1) in the default one. A wrong hint (rows with k = 1,
+    without it (the default) always the default one. The token tells them apart: top_k_first rows
+    with k > 1024 take the rejection tail (the cluster kernel's token, knob 4) in the large-k one
+    and the sorted tail (the streaming kernel's token, knob -1) in the default one. A wrong hint (rows with k = 1,
     50, 128, 500 under min_top_k=1000) changes the kernel, never which tokens a row keeps: those
     rows still return the streaming kernel's token."""
     if torch.cuda.get_device_capability()[0] < 9:
