@@ -397,6 +397,24 @@ class originals_only:
         return False
 
 
+def note_min_top_k(top_k: Any, smallest: Any) -> None:
+    """For adapters: the smallest entry of a per-row ``top_k`` tensor, known on the host (a
+    broadcast scalar, an engine's host copy of the batch), noted on that tensor for fib's sampling
+    kernels (``fib_runtime.kernels.sampling.note_min_top_k``) where it picks a kernel (above
+    ``LARGE_K_ABOVE``). A solution from elsewhere ignores the note."""
+    global _sampling
+    if _sampling is None:  # (imported on first use: the adapters load before the kernels matter)
+        from fib_runtime.kernels import sampling
+
+        _sampling = sampling
+    m = int(smallest)
+    if m > _sampling.LARGE_K_ABOVE and isinstance(top_k, _sampling.torch.Tensor) and top_k.dim() == 1:
+        _sampling.note_min_top_k(top_k, m)
+
+
+_sampling: Any = None
+
+
 def in_intercepted_call() -> bool:
     """True while an intercepted call of this context is running (the re-entrancy guard)."""
     return _DEPTH.get() > 0

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
-from fib_runtime.adapters.base import Call
+from fib_runtime.adapters.base import Call, note_min_top_k
 from fib_runtime.definitions import norm as _norm_defs
 from fib_runtime.definitions import sampling as _sampling_defs
 
@@ -73,16 +73,6 @@ def _row(v: Any, batch: int, dtype: torch.dtype, ref: Any) -> Optional[torch.Ten
 _ROW_DTYPES = {"top_k": torch.int32, "top_p": torch.float32, "min_p": torch.float32}
 
 
-def _note_min_top_k(t: torch.Tensor, k: int) -> None:
-    """A scalar top_k broadcast into ``t``: tell fib's sampling kernels its minimum (their large-k
-    instantiation needs it known on the host; a solution from elsewhere ignores the note)."""
-    try:
-        from fib_runtime.kernels.sampling import note_min_top_k
-    except Exception:  # (no kernels package: nothing to tell)
-        return
-    note_min_top_k(t, k)
-
-
 @dataclass(frozen=True)
 class SamplingSpec:
     """One ``flashinfer.sampling`` function: ``kind`` is the Definition kind (name prefix)."""
@@ -127,8 +117,8 @@ class SamplingSpec:
                 t = _row(v, batch, _ROW_DTYPES[r], x)
                 if t is None:
                     return None
-                if r == "top_k" and type(v) is int and v > 128:
-                    _note_min_top_k(t, v)  # (a scalar k: our kernels may take their large-k path)
+                if r == "top_k" and type(v) is int:
+                    note_min_top_k(t, v)  # (a broadcast scalar: its own minimum)
                 conv.append(t)
             inputs = (x, *conv)
         else:

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import torch
 
-from fib_runtime.adapters.base import Call
+from fib_runtime.adapters.base import Call, note_min_top_k
 from fib_runtime.definitions import sampling as _defs
 
 PROCESSED_MODES = ("processed_logits", "processed_logprobs")
@@ -147,18 +147,6 @@ class ApplyTopKTopPSpec:
                     adapt=adapt, definition_factory=lambda: _defs.definition(kind, vocab))
 
 
-def _note(k: Any, smallest: Any) -> None:
-    """Tell fib's sampling kernels that every entry of the per-row ``k`` is at least ``smallest``
-    (rows without top-k hold the vocabulary size). Only above 128, where it picks a kernel."""
-    if not isinstance(k, torch.Tensor) or k.dim() != 1:
-        return
-    m = int(smallest)
-    if m > 128:
-        from fib_runtime.kernels.sampling import note_min_top_k
-
-        note_min_top_k(k, m)
-
-
 @dataclass(frozen=True)
 class InputBatchTopKSpec:
     """``InputBatch._make_sampling_metadata()`` (vLLM's model runner, on each batch change): the
@@ -171,7 +159,7 @@ class InputBatchTopKSpec:
             return
         n = getattr(instance, "num_reqs", 0)
         if n:
-            _note(k, instance.top_k_cpu[:n].min())
+            note_min_top_k(k, instance.top_k_cpu[:n].min())  # (no top-k: the vocabulary size)
 
 
 @dataclass(frozen=True)
@@ -186,7 +174,7 @@ class SamplingStatesTopKSpec:
             return
         idx = args[1] if len(args) > 1 else kwargs.get("idx_mapping_np")
         if idx is not None and len(idx):
-            _note(k, instance.top_k.np[idx].min())
+            note_min_top_k(k, instance.top_k.np[idx].min())
 
 
 SPECS = {

@@ -204,6 +204,9 @@ def _tensor_or(v, scalar, dtypes):
 
 # per-row top_k tensors whose smallest entry a caller noted (note_min_top_k): id -> (tensor, value)
 _hints: dict = {}
+# the hints that pick a kernel: above this (kTpSeedMaxK, twopass.cuh), the two-pass kernel's
+# large-k instantiation
+LARGE_K_ABOVE = 128
 _HINTS_MAX = 16
 
 
