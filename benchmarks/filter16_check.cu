@@ -3,7 +3,7 @@
 // ascending rows, k = 1 / 50 / 100 / 200 (the seeded first stage, the warp sort, the ranked final
 // set) and 1 or 3 CTAs per row, top-p 0.99; every sampled token must lie in the row's top-k (ties
 // at the k-th value admitted). It reproduced the ptxas 13.0 miscompile of the rank store in ~40 s
-// of build time where the whole library takes ~6 minutes (docs/kernels.md, "A ptxas miscompile").
+// of build time where the whole library takes ~6 minutes (docs/sampling-journal.md, "A ptxas miscompile").
 //
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -DNDEBUG -gencode=arch=compute_90,code=sm_90 \
 //        -Ikernels_cuda/include benchmarks/filter16_check.cu -o /tmp/filter16_check

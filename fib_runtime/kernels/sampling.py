@@ -325,7 +325,7 @@ def top_k_mask_logits(logits, top_k, *, out=None):
 
 def _build_config() -> dict:
     """Debug: the library's compile-time switches that change which kernel path a row takes, e.g.
-    {"twopass_spec": 0, "twopass_reject_tail": 0, "profile": 0} (docs/kernels.md); {} for a library
+    {"twopass_spec": 0, "twopass_reject_tail": 0, "profile": 0} (docs/sampling-journal.md); {} for a library
     built before the export existed."""
     mod = load_family("sampling")
     if mod is None:

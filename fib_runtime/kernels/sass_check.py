@@ -9,7 +9,7 @@ ptxas 13.0 (V13.0.88, at -O2 and -O3) compiled the 16-bit filter kernels' rank-s
     @!P0 STS.64 [R11+0x800], R12   ; ... + 0x800 again: 2 KB past D
 
 so the ranked entries landed 2 KB past where they were read, and rows sampled stale tokens
-(docs/kernels.md, "A ptxas miscompile"). The source now avoids the shape (sort_desc_top copies
+(docs/sampling-journal.md, "A ptxas miscompile"). The source now avoids the shape (sort_desc_top copies
 its result back); this check finds the pattern again should a compiler or a code change bring it
 back: a register raised by an immediate, then within a few instructions a shared store through an
 address computed from it with the same immediate as offset. A correct program can contain that

@@ -352,7 +352,7 @@ int twopass2_cluster(int cluster) {
 // k > kTpSeedMaxK: a scalar top_k, or a per-row tensor with the caller's min_top_k hint above it.
 // Forced by knobs 5000 + S / 6000 + S (the 3000 / 4000 knobs' kernels), refused by 3000 / 4000; the
 // automatic policy takes it only with FIB_SAMPLING_TWOPASS_LARGE_K=1 (off until it has run on the
-// GPU). H200, the same paths compiled into one kernel (docs/kernels.md, "The large-k
+// GPU). H200, the same paths compiled into one kernel (docs/sampling-journal.md, "The large-k
 // instantiation"): the k >= 1024 rows 0.82x the default kernel's time (2026-12-05).
 bool twopass_large_k(const DevInfo& d, const fs::Params& p, int64_t min_k, int cluster) {
   if (cluster >= 5000 && cluster < 7000) return true;

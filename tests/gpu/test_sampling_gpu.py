@@ -682,7 +682,7 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
             mx = torch.nan_to_num(xf, nan=-float("inf")).max(1).values
             ref_tp = torch.where(torch.isfinite(mx) & (mx > (-float("inf") if src == "logits" else 0.0)), fn(), ref)
         # (the cluster kernel samples rows with k > 256 by rejection: the same distribution, another
-        # token; docs/kernels.md "Large k")
+        # token; docs/kernels.md, "Large k")
         for cl in (1001, 1002, 1004) + ((4,) if k <= 256 else ()) + (3001, 3002, 3004, 4001, 4002) + (
                 5001, 5002, 5004, 6001, 6002):
             S._CLUSTER = cl

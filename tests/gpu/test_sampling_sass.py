@@ -1,5 +1,5 @@
 """The built sampling kernels hold no site of the ptxas 13.0 double-offset store
-(fib_runtime/kernels/sass_check.py; docs/kernels.md, "A ptxas miscompile"). Needs the built library and
+(fib_runtime/kernels/sass_check.py; docs/sampling-journal.md, "A ptxas miscompile"). Needs the built library and
 cuobjdump from a CUDA toolkit (the H200 machine has both), no GPU."""
 from __future__ import annotations
 

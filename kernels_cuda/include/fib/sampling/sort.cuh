@@ -183,7 +183,7 @@ __device__ __forceinline__ bool sort_desc_top_to(uint64_t* G, int n, int kk, uin
 // barrier). The filter kernel uses this form because of a compiler bug: reading the result
 // through "D or G" there, ptxas 13.0 (V13.0.88, -O2 and -O3; -O1 was correct) compiled the 16-bit
 // kernels' rank store as "D += 2 KB; st [D + 8r + 2 KB]", two KB past where the rows were then
-// read (docs/kernels.md, "A ptxas miscompile"; tests/gpu/test_sampling_sass.py looks for the
+// read (docs/sampling-journal.md, "A ptxas miscompile"; tests/gpu/test_sampling_sass.py looks for the
 // shape in the built library). The cluster kernel keeps "D or G": copying back there moved its
 // register allocation (8 -> 64 bytes of stack, +1.3 us at B=1 k=2048) and its SASS is clean.
 __device__ __forceinline__ void sort_desc_top(uint64_t* G, int n, int kk, uint64_t* D) {

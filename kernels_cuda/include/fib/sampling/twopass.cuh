@@ -3,7 +3,7 @@
 // For top-k sampling with a small k the filter kernel's one-pass loop (a threshold that rises
 // stage by stage, a block barrier per 16 KB stage, two CTAs per SM under a 64-register cap) costs
 // more than reading the slice twice: H200, B=64 V=128256 k=50, the filter kernel 29.2 us, this
-// kernel 20.6, cake's two-pass stage 1 17.9 (docs/kernels.md, "The two-pass kernel"). This kernel:
+// kernel 20.6, cake's two-pass stage 1 17.9 (docs/sampling-journal.md, "The two-pass kernel"). This kernel:
 //  1. S CTAs (a cluster) split the row. Each thread streams its 16-byte vectors of the slice with
 //     tp_vecs<MINB>() register loads always in flight (a slot is refilled before its values are
 //     used): 8 with one CTA of 512 threads per SM (128 registers hold them), 4 in the build for two
@@ -83,7 +83,7 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 // the lane maxima bound and the re-read of the lanes that hold several tokens above it). Off in the
 // default kernel (on in the large-k one, LK): on the H200 =1 takes k >= 1024 rows to 0.86x but the
 // k <= 128 rows, which do not use it, to 1.06x (the kernel's spills grow); =2 costs those rows 1.15x
-// (docs/kernels.md, "Both switches on the H200")
+// (docs/sampling-journal.md, "Both switches on the H200")
 #ifndef FIB_TWOPASS_SPEC
 #define FIB_TWOPASS_SPEC 0
 #endif
@@ -396,7 +396,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   auto no_end = [](int) {};
   if constexpr (kSpec) {
     if (spec_ok) {
-      // ---- speculative candidates (docs/kernels.md, "Speculative candidates"): 8 tokens per
+      // ---- speculative candidates (docs/sampling-journal.md, "Speculative candidates"): 8 tokens per
       // thread sampled evenly over the slice (one 32-byte sector each) estimate a value that about
       // k r / m of the slice's tokens reach (m, r: spec_ok above), and the pass appends every token
       // at or above it. If at least k and at most kTpCap tokens reached it, the buffer holds every
