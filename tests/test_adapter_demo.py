@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import torch
 
 from fib_runtime.cli import demo
 from fib_runtime.reference import compile_reference
-from fib_runtime.schema import Definition, Solution
 
 
 def test_demo_dataset_and_solutions(tmp_path):

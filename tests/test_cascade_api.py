@@ -5,7 +5,6 @@ No GPU needed."""
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
 
@@ -268,7 +267,6 @@ def emulate(w, q, k, v):
     dict(B=6, P=129, S=(0,) * 6, Hq=2, Hkv=2, ps=16, D=8, sms=132),  # all suffixes empty
 ])
 def test_emulated_schedule_matches_reference(case):
-    rnd = random.Random(1)
     torch.manual_seed(1)
     B, P, S, ps, D = case["B"], case["P"], case["S"], case["ps"], case["D"]
     qo, kvp, idx, last = _plan_args(B, P, S, ps)

@@ -47,7 +47,7 @@ _CLS: Any = None
 def _instrumentor_class():
     global _CLS
     if _CLS is None:
-        from fib_runtime.adapters.base import Dependency, Instrumentor, Target  # noqa: F401
+        from fib_runtime.adapters.base import Dependency, Instrumentor
 
         from . import ops
         from .targets import TARGETS

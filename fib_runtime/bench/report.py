@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 import math
 from collections import Counter, defaultdict

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 from .config import SamplingConfig
 from .correctness import Verdict

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple
 
 from .loader import load_family
 
@@ -505,7 +505,6 @@ class MultiLevelCascadeAttentionWrapper:
         self._ws_lse = flat[n_o: n_o + max(1, n_l)] if n_l > 0 else flat[:1]
 
     def _kv_views(self, paged_kv_cache):
-        torch = _torch()
         if isinstance(paged_kv_cache, (tuple, list)):
             k, v = paged_kv_cache
         else:
@@ -629,7 +628,6 @@ def builtin_cascade_run(q, k_cache, v_cache, *args):
     """``multi_level_cascade_run_*``: q, k_cache, v_cache, per level (qo_indptr, kv_indptr,
     kv_indices, kv_last_page_len), sm_scale -> output. Plans are cached per metadata tensors
     (pointer, shape, version counter), so the per-layer calls of one decode step plan once."""
-    torch = _torch()
     if (len(args) - 1) % 4 or len(args) < 5:
         raise ValueError("cascade run: expected 4 tensors per level then sm_scale")
     sm_scale = float(args[-1])

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import io
-import os
 import shutil
 import tarfile
 import tempfile
