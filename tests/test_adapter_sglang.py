@@ -109,6 +109,47 @@ def test_fib_backend(env, monkeypatch):
     assert ids.shape == (3,)  # fallback: SGLang's pytorch joint sampler (CPU)
 
 
+def test_batch_top_k_bound_noted(env):
+    """The SamplingBatchInfo observers (real SGLang: tests/e2e/test_sglang_import.py): a new batch's
+    bound is its requests' smallest top_k, a filtered batch keeps its bound, a merge takes the
+    smaller one or none; bounds above 128 are noted on ``top_ks``, and the joint call passes a 1-D
+    ``top_ks`` on as the same object (the note travels with it)."""
+    from fib_runtime.adapters.sglang import ops as sg_ops
+    from fib_runtime.kernels import sampling as S
+
+    NS = types.SimpleNamespace
+    specs = {k: sg_ops.SPECS[f"sglang_batch_top_k_{k}"] for k in ("new", "filter", "merge")}
+
+    def new(ks):
+        info = NS(top_ks=torch.tensor(ks, dtype=torch.int32))
+        batch = NS(reqs=[NS(sampling_params=NS(top_k=k)) for k in ks])
+        specs["new"].observe(object, (batch, 1000), {}, info)
+        return info
+
+    def noted(t):
+        h = S._hints.get(id(t))
+        return h[1] if h is not None and h[0] is t else None
+
+    S._hints.clear()
+    a, small, b = new([300, 1 << 30, 500]), new([300, 20]), new([200])
+    assert noted(a.top_ks) == 300 and a._fib_min_top_k == 300
+    assert noted(small.top_ks) is None and small._fib_min_top_k == 20
+    a.top_ks = torch.cat([a.top_ks, b.top_ks])  # (what merge_batch does, then the observer)
+    specs["merge"].observe(a, (b,), {}, None)
+    assert noted(a.top_ks) == 200
+    a.top_ks = a.top_ks[[0, 3]]
+    specs["filter"].observe(a, ([0, 3], None), {}, None)
+    assert noted(a.top_ks) == 200
+    unknown = NS(top_ks=torch.tensor([400], dtype=torch.int32))  # (a batch no observer saw)
+    a.top_ks = torch.cat([a.top_ks, unknown.top_ks])
+    specs["merge"].observe(a, (), {"other": unknown}, None)
+    assert noted(a.top_ks) is None and a._fib_min_top_k is None
+    probs = torch.randn(3, 50).softmax(-1)
+    k = torch.tensor([300, 200, 400], dtype=torch.int32)
+    assert sg_ops.joint_call(probs, k, torch.full((3,), 0.9)).inputs[1] is k
+    S._hints.clear()
+
+
 def test_missing_cuda_names_reported(env, monkeypatch):
     monkeypatch.setenv("FIB_ENABLE_APPLY", "1")
     sg.register()

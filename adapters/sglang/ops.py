@@ -7,6 +7,10 @@ sampling_seed, positions, *, return_filtered_probs=False, max_top_k=None)`` is S
 means no top-k) and maps to ``top_k_top_p_sampling_from_probs_joint_v{V}``. Seeded requests
 (``sampling_seed``: deterministic inference), min-p and the filtered-probs capture run SGLang's
 code unchanged.
+
+``SamplingBatchInfo.from_schedule_batch`` / ``filter_batch`` / ``merge_batch`` are observed, not
+dispatched (:class:`BatchTopKSpec`): a lower bound of the batch's top_k, kept on the host beside
+SGLang's own ``max_top_k``, noted on the ``top_ks`` tensor its sampler gets.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any, Optional
 
 import torch
 
-from fib_runtime.adapters.base import Call
+from fib_runtime.adapters.base import Call, note_min_top_k
 from fib_runtime.adapters.flashinfer import ops as fi_ops
 from fib_runtime.definitions import sampling as _defs
 
@@ -36,7 +40,8 @@ def joint_call(probs: Any, top_ks: Any, top_ps: Any) -> Optional[Call]:
     if not isinstance(top_ks, torch.Tensor) or not isinstance(top_ps, torch.Tensor):
         return None
     batch, vocab = probs.shape
-    k = top_ks.reshape(-1)
+    # (a 1-D top_ks goes on as the same object: a min_top_k note on it reaches the kernel)
+    k = top_ks if top_ks.dim() == 1 else top_ks.reshape(-1)
     p = top_ps.reshape(-1)
     if k.shape[0] != batch or p.shape[0] != batch:
         return None
@@ -81,9 +86,48 @@ class FibBackendSpec:
         return joint_call(*args)
 
 
+# the host bound's attribute on a SamplingBatchInfo (a plain dataclass; copy_for_forward's copy
+# drops it, the note on its top_ks tensor stays)
+_MIN_ATTR = "_fib_min_top_k"
+
+
+@dataclass(frozen=True)
+class BatchTopKSpec:
+    """``SamplingBatchInfo`` (every batch change in a scheduler): a lower bound of the batch's
+    per-row top_k, kept on the host the way SGLang keeps ``max_top_k``. ``new``: the smallest
+    ``sampling_params.top_k`` of the batch's requests (``TOP_K_ALL`` for no top-k); ``filter``: the
+    bound stays (the kept rows' minimum is at least the batch's); ``merge``: the smaller of the two
+    batches' bounds (none if either has none). The bound is noted on the new ``top_ks`` tensor
+    (``note_min_top_k``: above 128 it picks fib's large-k kernel). Observed only: SGLang's call is
+    unchanged."""
+
+    kind: str  # "new", "filter" or "merge"
+
+    def observe(self, instance: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        if self.kind == "new":
+            info = out
+            batch = args[0] if args else kwargs.get("batch")
+            reqs = getattr(batch, "reqs", None)
+            m = min(r.sampling_params.top_k for r in reqs) if reqs else None
+        elif self.kind == "filter":
+            info = instance
+            m = getattr(instance, _MIN_ATTR, None)
+        else:
+            info = instance
+            other = args[0] if args else kwargs.get("other")
+            a, b = getattr(instance, _MIN_ATTR, None), getattr(other, _MIN_ATTR, None)
+            m = None if a is None or b is None else min(a, b)
+        setattr(info, _MIN_ATTR, m)
+        if m is not None:
+            note_min_top_k(info.top_ks, m)
+
+
 SPECS = {
     **fi_ops.SPECS,
     "sglang_torch_top_k_top_p_min_p": TorchJointSpec(),
     "sglang_torch_sampling_from_probs": TorchPlainSpec(),
     "sglang_fib_backend": FibBackendSpec(),
+    "sglang_batch_top_k_new": BatchTopKSpec("new"),
+    "sglang_batch_top_k_filter": BatchTopKSpec("filter"),
+    "sglang_batch_top_k_merge": BatchTopKSpec("merge"),
 }

@@ -15,6 +15,8 @@ Binding forms (engines.md §6-8):
   ``fast_decode_plan`` is deliberately left alone: SGLang compares
   ``wrapper.begin_forward.func == fast_decode_plan`` after CUDA-graph capture.
 - ``sglang.srt.layers.layernorm``: ``rmsnorm`` / ``fused_add_rmsnorm`` from ``sgl_kernel`` (B).
+- ``sglang.srt.sampling.sampling_batch_info``: ``SamplingBatchInfo.from_schedule_batch`` (a
+  classmethod), ``filter_batch`` and ``merge_batch``, observed only (ops.BatchTopKSpec).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ SAMPLER = "sglang.srt.layers.sampler"
 RENORM = "sglang.kernels.ops.sampling.renorm"
 ATTN = "sglang.srt.layers.attention.flashinfer_backend"
 NORM = "sglang.srt.layers.layernorm"
+BATCH = "sglang.srt.sampling.sampling_batch_info"
 
 TARGETS: tuple = (
     Target(SAMPLER, "top_k_top_p_sampling_from_probs", "top_k_top_p_sampling_from_probs",
@@ -41,4 +44,8 @@ TARGETS: tuple = (
     Target(ATTN, "merge_state", "merge_state", note="from flashinfer.cascade"),
     Target(NORM, "rmsnorm", "rmsnorm", note="from sgl_kernel (CUDA)"),
     Target(NORM, "fused_add_rmsnorm", "fused_add_rmsnorm", note="from sgl_kernel (CUDA)"),
+    # observed, not dispatched: a host bound of the batch's smallest top_k, noted on top_ks
+    Target(BATCH, "SamplingBatchInfo.from_schedule_batch", "sglang_batch_top_k_new"),
+    Target(BATCH, "SamplingBatchInfo.filter_batch", "sglang_batch_top_k_filter"),
+    Target(BATCH, "SamplingBatchInfo.merge_batch", "sglang_batch_top_k_merge"),
 )

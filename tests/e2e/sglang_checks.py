@@ -46,6 +46,54 @@ def stub_torchvision() -> None:
                         "torchvision.transforms.functional": fn})
 
 
+def batch_top_k_checks(answer: dict, fib_sampler, V: int) -> dict:
+    """SGLang's real SamplingBatchInfo (observed): the batch's top_k bound through
+    from_schedule_batch, merge_batch and filter_batch, noted on the top_ks tensor, which the fib
+    backend's dispatched call then gets (the same object)."""
+    import torch
+    import sglang.srt.sampling.sampling_batch_info as sbi
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from fib_runtime.kernels import sampling as S
+
+    NS = types.SimpleNamespace
+    sbi.get_exec = lambda: NS(deterministic=NS(enable_deterministic_inference=False),
+                              features=NS(enable_custom_logit_processor=False, enable_watermark=False))
+
+    class Batch:  # (the penalizers hold a weak reference to it)
+        def __init__(self, ks):
+            self.device = "cpu"
+            self.reqs = []
+            for k in ks:
+                sp = SamplingParams(top_k=k, top_p=0.9)
+                sp.normalize(None)
+                self.reqs.append(NS(sampling_params=sp, return_sampling_mask=False, custom_logit_processor=None,
+                                    sampling_logprobs_mode=None))
+
+    def noted(t):
+        h = S._hints.get(id(t))
+        return h[1] if h is not None and h[0] is t else None
+
+    S._hints.clear()
+    a = sbi.SamplingBatchInfo.from_schedule_batch(Batch([300, -1, 500]), V)
+    out = {"new": noted(a.top_ks), "new_values": a.top_ks.tolist()}
+    out["small"] = noted(sbi.SamplingBatchInfo.from_schedule_batch(Batch([300, 20]), V).top_ks)
+    a.merge_batch(sbi.SamplingBatchInfo.from_schedule_batch(Batch([200]), V))
+    out["merged"], out["merged_values"] = noted(a.top_ks), a.top_ks.tolist()
+    a.filter_batch([0, 3], torch.tensor([0, 3]))
+    out["filtered"], out["filtered_values"] = noted(a.top_ks), a.top_ks.tolist()
+    seen = []
+    answer[f"top_k_top_p_sampling_from_probs_joint_v{V}"] = (
+        lambda p, k, q: seen.append(k) or torch.zeros(p.shape[0], dtype=torch.int64))
+    info = NS(top_ks=a.top_ks, top_ps=a.top_ps, min_ps=a.min_ps, need_min_p_sampling=False, sampling_seed=None,
+              sampling_mask_batch_indices=None, max_top_k=None)
+    fib_sampler._sample_from_probs(torch.randn(2, V).softmax(-1), info, torch.zeros(2, dtype=torch.int64), False)
+    answer.clear()
+    out["dispatched_same_tensor"] = bool(seen) and seen[0] is a.top_ks
+    S._hints.clear()
+    return out
+
+
 def main() -> None:
     t0 = time.time()
     os.environ["FIB_ENABLE_APPLY"] = "1"
@@ -71,7 +119,7 @@ def main() -> None:
 
     extra = {}
     for mod in ("sglang.kernels.ops.sampling.renorm", "sglang.srt.layers.layernorm",
-                "sglang.srt.layers.attention.flashinfer_backend"):
+                "sglang.srt.layers.attention.flashinfer_backend", "sglang.srt.sampling.sampling_batch_info"):
         try:
             importlib.import_module(mod)
             extra[mod] = "imported"
@@ -160,6 +208,7 @@ def main() -> None:
     except Exception as e:  # noqa: BLE001
         seeded_error = f"{type(e).__name__}: {e}"[:200]
     seeded_calls = list(calls)
+    hint = batch_top_k_checks(answer, fs, V)
     sg.instrumentor().uninstrument()
     sg._trigger().uninstrument()
     restored = not hasattr(sm.top_k_top_p_min_p_sampling_from_probs_torch, "_self_wrapper")
@@ -173,7 +222,7 @@ def main() -> None:
         "backend_choices_has_fib": "fib" in SAMPLING_BACKEND_CHOICES, "parsed_backend": parsed,
         "create_sampler": created, "factory_registered": factory_is_ours, "fib_backend_calls": fib_calls, "seeded_calls": seeded_calls, "seeded_error": seeded_error,
         "restored": restored, "patched_before_create": patched_before_create,
-        "created_plain": created_plain, "seconds": round(time.time() - t0, 1)}))
+        "created_plain": created_plain, "hint": hint, "seconds": round(time.time() - t0, 1)}))
 
 
 if __name__ == "__main__":

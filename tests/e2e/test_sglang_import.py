@@ -61,6 +61,18 @@ def test_sampling_backend_fib_resolves_to_our_sampler(result):
     assert result["seeded_calls"] == []
 
 
+def test_batch_top_k_bound_noted_on_the_sampler_tensor(result):
+    """The real SamplingBatchInfo, observed: the smallest requested top_k (300; -1 is TOP_K_ALL) is
+    noted on top_ks; a batch with a top_k <= 128 gets no note; a merge takes the smaller bound and a
+    filter keeps it (a lower bound of the kept rows); the fib backend dispatches that tensor."""
+    h = result["hint"]
+    assert h["new_values"] == [300, 1 << 30, 500] and h["new"] == 300
+    assert h["small"] is None
+    assert h["merged_values"] == [300, 1 << 30, 500, 200] and h["merged"] == 200
+    assert h["filtered_values"] == [300, 200] and h["filtered"] == 200
+    assert h["dispatched_same_tensor"] is True
+
+
 def test_activation_waits_for_the_sampler(result):
     # register() in the main process patches nothing (the dispatcher and prometheus_client start
     # only where a sampler is built); create_sampler() -- each scheduler's ModelRunner -- activates
