@@ -45,7 +45,7 @@ EOF
 fi
 if [[ " $STAGES " == *" test "* ]]; then
   set -o pipefail
-  timeout "${T_TEST:-240}" python3 -m pytest tests/gpu/test_sampling_gpu.py -q -s -rfE --durations=10 \
+  timeout "${T_TEST:-240}" python3 -m pytest tests/gpu/test_sampling_*_gpu.py -q -s -rfE --durations=10 \
     -p no:cacheprovider ${PYTEST_ARGS:-} >"$OUT/pytest.log" 2>&1
   echo "pytest rc=$?"
   grep -E "passed|failed|error" "$OUT/pytest.log" | tail -3
