@@ -417,7 +417,7 @@ def write_md(path, meta, grid, extra, host, acc, sweep):
          f"driver {meta['driver']}. Device time per call in µs from CUDA graphs (4 inputs, median of 3); "
          "floor = B·V·4 B / 4285 GB/s. per-row top_k tensor" + (
              " with min_top_k=k (the host's bound, as cake's top_k_max=k; its large-k kernel "
-             + ("on" if meta.get("twopass_large_k") else "off: FIB_SAMPLING_TWOPASS_LARGE_K unset") + ")"
+             + ("on" if meta.get("twopass_large_k") else "off: FIB_SAMPLING_TWOPASS_LARGE_K=0") + ")"
              if HINT else "") + ", top_p=0.9.", "",
          "| V | logits | B | k | ours probs | FI best probs | ratio | ours logits | FI best logits | ratio | softmax+cake | ours/sm+cake | ours joint | FI joint | ratio | torch | ours logits/floor |",
          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -146,10 +146,10 @@ _SPECS: Dict[str, _Spec] = {
         "FIB_SAMPLING_FILTER_MIN_TOKENS tokens or FIB_SAMPLING_STREAM_MIN_B rows) use the two-pass kernel "
         "with one CTA per SM; batches from this size (and FIB_SAMPLING_FILTER_MIN_TOKENS tokens) the two-pass "
         "kernel with two CTAs per SM."),
-    "FIB_SAMPLING_TWOPASS_LARGE_K": _Spec(_bool, False,
-        "Automatic policy (sm_90), 1: calls whose every row's top_k is known on the host to exceed 128 (a scalar "
+    "FIB_SAMPLING_TWOPASS_LARGE_K": _Spec(_bool, True,
+        "Automatic policy (sm_90): calls whose every row's top_k is known on the host to exceed 128 (a scalar "
         "top_k, or the min_top_k hint) run the two-pass kernel's large-k instantiation (speculative candidates, "
-        "the rejection tail). Off by default until that kernel has run on the GPU (docs/kernels.md)."),
+        "the rejection tail); 0 keeps them on the default instantiation (docs/kernels.md, \"Large k\")."),
     "FIB_SAMPLING_STREAM_MIN_B": _Spec(_int, 96,
         "Below the filter threshold: batches from this size use the streaming kernel, smaller ones the cluster kernel."),
     "FIB_SAMPLING_PLAIN_MIN_B": _Spec(_int, 128,

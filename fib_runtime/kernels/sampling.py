@@ -14,10 +14,9 @@ also during graph capture; never freed, as captured graphs may point at it).
 
 ``min_top_k`` (the top-k sampling functions): a value the caller knows every row's ``top_k`` to
 reach (an engine's host-side copy of the batch's top_k; a scalar ``top_k`` is its own;
-``note_min_top_k`` attaches it to a tensor). A hint that picks a kernel: with
-``FIB_SAMPLING_TWOPASS_LARGE_K=1`` (off by default until that kernel has run on the GPU) and
-``min_top_k > 128``, batches from 48 rows on sm_90 run the two-pass kernel's large-k
-instantiation (its paths took k >= 1024 rows to 0.82x the default kernel's time). It never changes
+``note_min_top_k`` attaches it to a tensor). A hint that picks a kernel: with ``min_top_k > 128``,
+batches from 48 rows on sm_90 run the two-pass kernel's large-k instantiation (k >= 1024 rows 0.81x
+the default kernel's time on the H100; ``FIB_SAMPLING_TWOPASS_LARGE_K=0`` turns it off). It never changes
 which tokens a row keeps; a wrong hint costs time only. top_k_first rows with ``top_k > 1024``
 then take the rejection rounds' token (the cluster kernel's) instead of the sorted tail's.
 
@@ -96,7 +95,7 @@ _EXPLICIT_STREAM = os.environ.get("FIB_SAMPLING_EXPLICIT_STREAM", "0") == "1"
 # 3000 + S: two-pass top-k kernel with S CTAs per row (3000: automatic S; sm_90; twopass.cuh);
 # 4000 + S: the same with two CTAs per SM (64 registers; 4000: S = 1); 3000 / 4000 knobs run its
 # default instantiation, 5000 + S / 6000 + S its large-k instantiation (the automatic choice runs
-# that one for a scalar top_k > 128 or min_top_k > 128 where FIB_SAMPLING_TWOPASS_LARGE_K=1)
+# that one for a scalar top_k > 128 or min_top_k > 128 unless FIB_SAMPLING_TWOPASS_LARGE_K=0)
 _CLUSTER = int(os.environ.get("FIB_SAMPLING_CLUSTER", "0") or 0)
 
 

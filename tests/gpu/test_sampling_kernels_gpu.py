@@ -21,7 +21,7 @@ def test_kernels_same_tokens_fixed_k(dtype, k):
     stage / tile), both orders (the cluster kernel's joint rows with k > 256 sample by rejection:
     there only the support is checked); the streaming kernel three times (its compaction decision
     once raced with the next tile's appends). 5001 / 5003 / 6001: the two-pass kernel's large-k
-    instantiation (speculative candidates, no lane-maxima path) on every k, also k <= 128, where
+    instantiation (speculative candidates, the rejection tail) on every k, also k <= 128, where
     only a wrong min_top_k hint sends rows."""
     B, V = 48, 50021
     gen = torch.Generator(device=DEV).manual_seed(7 + k)

@@ -47,7 +47,7 @@ def test_distribution(case, src, kind, V, force_path):
     1 / 3 CTAs per row (sm_90); split: the split-row kernel (chunks of 8192 tokens, k <= 128);
     twopass1 / twopass3: the two-pass kernel with 1 / 3 CTAs per row (sm_90); twopass_lk1: its
     large-k instantiation (1 CTA per row) on these k <= 128 rows, which the host sends it only on a
-    wrong min_top_k hint (the group maxima bound instead of the lane maxima)."""
+    wrong min_top_k hint (the same lane-maxima path, in a kernel compiled with the large-k paths)."""
     name, refkw, api, apikw = case
     if force_path != "auto" and "k" not in refkw:
         pytest.skip("same kernel as auto")

@@ -5,8 +5,10 @@
 // an anonymous namespace: included once, by src/sampling.cu, after the kernel headers and tvm-ffi.
 #pragma once
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "fib/sampling/host_args.h"
 
@@ -40,10 +42,10 @@ struct DevInfo {
   // 6M tokens or FIB_SAMPLING_STREAM_MIN_B rows) run the two-pass kernel (sm_90) with one CTA per
   // SM, batches from this size (and 6M tokens) the two-pass kernel with two CTAs per SM
   int twopass_max_b = 256;
-  // FIB_SAMPLING_TWOPASS_LARGE_K=1: the two-pass kernel's large-k instantiation (twopass.cuh, LK)
-  // runs the calls whose every row's top_k is known on the host to exceed kTpSeedMaxK. Off by
-  // default until this build has run on the GPU (its knobs 5000 / 6000 + S reach it either way)
-  bool twopass_lk = false;
+  // FIB_SAMPLING_TWOPASS_LARGE_K (default 1; 0 turns it off): the two-pass kernel's large-k
+  // instantiation (twopass.cuh, LK) runs the calls whose every row's top_k is known on the host to
+  // exceed kTpSeedMaxK (its knobs 5000 / 6000 + S reach it either way)
+  bool twopass_lk = true;
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 using fs::kStreamSmem;
@@ -129,6 +131,18 @@ void prepare_kernel(DevInfo& d) {
   }
 }
 
+// A boolean FIB_* value read as fib_runtime.envs reads it: 1/true/yes/on/y/t, 0/false/no/off/n/f or
+// empty (any case); anything else keeps the default.
+bool env_flag(const char* e, bool dflt) {
+  std::string v(e);
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const size_t b = v.find_first_not_of(" \t\n\r\f\v"), t = v.find_last_not_of(" \t\n\r\f\v");
+  v = b == std::string::npos ? std::string() : v.substr(b, t - b + 1);
+  if (v == "1" || v == "true" || v == "yes" || v == "on" || v == "y" || v == "t") return true;
+  if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off" || v == "n" || v == "f") return false;
+  return dflt;
+}
+
 const DevInfo& dev_info(int dev) {
   if (dev < 0 || dev >= kMaxDev) TVM_FFI_THROW(ValueError) << "fib sampling: device id " << dev << " out of range";
   if (g_ready[dev].load(std::memory_order_acquire)) return g_dev[dev];
@@ -142,7 +156,7 @@ const DevInfo& dev_info(int dev) {
     if (const char* e = std::getenv("FIB_SAMPLING_PLAIN_MIN_B")) d.plain_min_b = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_FILTER_MIN_TOKENS")) d.filter_min_tokens = std::atof(e);
     if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS_MAX_B")) d.twopass_max_b = std::atoi(e);
-    if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS_LARGE_K")) d.twopass_lk = std::atoi(e) != 0;
+    if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS_LARGE_K")) d.twopass_lk = env_flag(e, d.twopass_lk);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_MIN_K")) d.rej_min_k = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_JOINT_MIN_K")) d.rej_joint_min_k = std::atoi(e);
     prepare_kernel<fs::kF32>(d);
@@ -322,12 +336,12 @@ int twopass2_cluster(int cluster) {
 }
 
 // The two-pass kernel's large-k instantiation (twopass.cuh, LK: speculative candidates, the
-// rejection tail, no lane-maxima path) for calls whose every top-k row is known on the host to have
-// k > kTpSeedMaxK: a scalar top_k, or a per-row tensor with the caller's min_top_k hint above it.
-// Forced by knobs 5000 + S / 6000 + S (the 3000 / 4000 knobs' kernels), refused by 3000 / 4000; the
-// automatic policy takes it only with FIB_SAMPLING_TWOPASS_LARGE_K=1 (off until it has run on the
-// GPU). H200, the same paths compiled into one kernel (docs/sampling-journal.md, "The large-k
-// instantiation"): the k >= 1024 rows 0.82x the default kernel's time (2026-12-05).
+// rejection tail) for calls whose every top-k row is known on the host to have k > kTpSeedMaxK: a
+// scalar top_k, or a per-row tensor with the caller's min_top_k hint above it. Forced by knobs
+// 5000 + S / 6000 + S (the 3000 / 4000 knobs' kernels), refused by 3000 / 4000; the automatic
+// policy takes it unless FIB_SAMPLING_TWOPASS_LARGE_K=0. H100, knob 0 with the hint against the
+// default instantiation (results/sampling_twopass_lk_h100.json, 2026-12-05): k >= 1024 rows at
+// B >= 64 0.808x (66 times, max 1.006), k = 256 0.914x (27 times, max 1.021).
 bool twopass_large_k(const DevInfo& d, const fs::Params& p, int64_t min_k, int cluster) {
   if (cluster >= 5000 && cluster < 7000) return true;
   if (cluster >= 3000 && cluster < 5000) return false;

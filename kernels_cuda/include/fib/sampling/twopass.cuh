@@ -224,7 +224,10 @@ __device__ __forceinline__ uint32_t group_kth_key(const float (&gm)[kTpGroups], 
 // row's tail).
 // LK: the large-k instantiation, launched where the host knows every row's top_k exceeds
 // kTpSeedMaxK (a scalar top_k, or the caller's min_top_k hint): the speculative candidates and the
-// rejection tail (the switches below) and no lane-maxima path. Any row is exact in either.
+// rejection tail (the switches below). Any row is exact in either. Its lane-maxima path stays (rows
+// with k <= kTpSeedMaxK, which the host does not send it): without it the k >= 1024 rows were
+// 0.820x the default kernel's time on the H100 against 0.808x with it, the k = 256 rows 0.946x
+// against 0.914x (results/sampling_twopass_lk_h100.json; ptxas spilled into three pass loops without it).
 template <int DT, int MINB, bool LK = false>
 __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p) {
   extern __shared__ __align__(128) unsigned char dsm[];
@@ -295,9 +298,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   // rows with k > kSeedMaxK: the first pass counts the keys' top 11 bits into this histogram (past
   // the buffer's kTpCap entries)
   uint32_t* hist = reinterpret_cast<uint32_t*>(buf + kTpCap);
-  // (the large-k instantiation has no lane-maxima path: its rows with k <= kTpSeedMaxK, which the
-  // host does not send it, take the group maxima bound)
-  const bool seeded = !LK && k <= kTpSeedMaxK;
+  const bool seeded = k <= kTpSeedMaxK;
   const bool grouped = !seeded && k <= kTpGroupMaxK && n > k;  // (the group maxima bound)
   bool spec_ok = false;  // (speculative candidates below: no lane / group / batch maxima then)
   [[maybe_unused]] uint32_t spec_r = 0;  // (kSpec false: unused)
