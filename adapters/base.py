@@ -29,9 +29,10 @@ Contract:
   :class:`Dependency` rows; an out-of-range version makes ``instrument()`` patch nothing.
 * **Never break the engine.** Wrappers come from :func:`make_wrapper` (:mod:`.wrapper`, whose
   names this module re-exports): any failure in our own bookkeeping (binding arguments,
-  recording, metrics, the dispatcher itself) runs the original with the original arguments. A contextvar depth counter (the re-entrancy guard) makes nested
-  intercepted calls (FlashInfer's ``top_k_top_p_sampling_from_logits`` calling
-  ``top_p_sampling_from_probs``) go straight to the original: dispatched and counted once.
+  recording, metrics, the dispatcher itself) runs the original with the original arguments. A
+  contextvar depth counter (the re-entrancy guard) makes nested intercepted calls (FlashInfer's
+  ``top_k_top_p_sampling_from_logits`` calling ``top_p_sampling_from_probs``) go straight to the
+  original: dispatched and counted once.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ import math
 import pytest
 import torch
 
-__all__ = ["GPU_ONLY", "S", "loader", "DEV", "Z_MAX", "N_ROWS", "N_CALLS", "ref_kept", "ref_kept_batch", "chi2_z", "draw_counts", "assert_distribution", "make_row"]
+__all__ = ["GPU_ONLY", "S", "loader", "DEV", "Z_MAX", "N_ROWS", "N_CALLS", "ref_kept", "ref_kept_batch", "chi2_z",
+           "draw_counts", "assert_distribution", "make_row"]
 
 cuda_ok = torch.cuda.is_available()
 #: the test modules' ``pytestmark``
