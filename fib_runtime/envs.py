@@ -137,7 +137,9 @@ _SPECS: Dict[str, _Spec] = {
         "CTAs per row; -1 streaming kernel; -2 one-pass plain kernel (calls without top-k); 999 the policy "
         "before the filter and plain kernels; 1000+S filter kernel; 2000 split-row kernel; 3000+S two-pass "
         "top-k kernel (3000: automatic S); 4000+S the two-pass kernel with two CTAs per SM (4000: S = 1); 5000+S / "
-        "6000+S the same two kernels' large-k instantiation (3000 / 4000 knobs: the default one)."),
+        "6000+S the same two kernels' large-k instantiation (3000 / 4000 knobs: the default one); 7000+S the "
+        "cluster kernel with S CTAs per row in its gathered-tail instantiation (the one calls whose every row has "
+        "top_k > FIB_SAMPLING_REJECT_MIN_K run: a scalar top_k or the min_top_k hint)."),
     "FIB_SAMPLING_FILTER_MIN_TOKENS": _Spec(_float, 6.0e6,
         "Automatic policy: top-k sampling calls of at least this many tokens (B*V, any dtype) "
         "and B >= 48 use the two-pass kernel on sm_90 (read once per device by the C++ side)."),
@@ -158,6 +160,10 @@ _SPECS: Dict[str, _Spec] = {
     "FIB_SAMPLING_REJECT_MIN_K": _Spec(_int, 1024,
         "Cluster kernel (sample_row): top_k_first rows with a top_k above this sample top-p by rejection "
         "from the kept top-k instead of sorting it (0: never)."),
+    "FIB_SAMPLING_GATHER_CAP": _Spec(_int, 0,
+        "Cluster kernel (sample_row): in calls whose every row has top_k > FIB_SAMPLING_REJECT_MIN_K (a scalar "
+        "top_k or the min_top_k hint), top_k_first rows finish on one CTA once a radix pass leaves at most this many "
+        "tokens at or above the k-th largest key's bucket (the gathered tail; at most 4032, 0: never)."),
     "FIB_SAMPLING_REJECT_JOINT_MIN_K": _Spec(_int, 256,
         "Cluster kernel (sample_row): peaked joint rows with a top_k above this sample by rejection from the "
         "whole row, checking top-k rank, min-p and nucleus per candidate, without a top-k select (0: never)."),

@@ -18,7 +18,10 @@ reach (an engine's host-side copy of the batch's top_k; a scalar ``top_k`` is it
 batches from 48 rows on sm_90 run the two-pass kernel's large-k instantiation (k >= 1024 rows 0.81x
 the default kernel's time on the H100; ``FIB_SAMPLING_TWOPASS_LARGE_K=0`` turns it off). It never changes
 which tokens a row keeps; a wrong hint costs time only. top_k_first rows with ``top_k > 1024``
-then take the rejection rounds' token (the cluster kernel's) instead of the sorted tail's.
+then take the rejection rounds' token (the cluster kernel's) instead of the sorted tail's. With
+``min_top_k > 1024`` smaller batches (the cluster kernel) run its gathered-tail instantiation: the
+same tokens, the rejection rounds on one CTA once the top-k select has narrowed the row to at most
+4032 tokens.
 
 Semantics (documented rules; the tests check them):
 - ``probs`` are float32 ``[B, V]``; ``logits`` float32, bfloat16 or float16 ``[B, V]``; rows must be

@@ -4,7 +4,8 @@
 //                          -> int64 the kernel used: S (cluster kernel, S CTAs per row), -1
 //                             (streaming kernel), -2 (plain kernel), 1000 + S (filter kernel), 2000 + C (split
 //                             kernel, C chunks per row), 3000 + S / 4000 + S (two-pass kernel, one / two
-//                             CTAs per SM), 5000 + S / 6000 + S (its large-k instantiation); flags bits
+//                             CTAs per SM), 5000 + S / 6000 + S (its large-k instantiation), 7000 + S
+//                             (the cluster kernel's gathered-tail instantiation); flags bits
 //                             16-46: the caller's min_top_k hint; one launch, no host sync; no allocation
 //                             but the split kernel's workspace (per device and stream, grown on
 //                             demand, also during graph capture)
@@ -122,7 +123,7 @@ void launch_plain(fs::Params p, cudaStream_t st) {
 }
 
 template <int DT>
-void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t st, bool stream_k) {
+void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t st, bool stream_k, bool gather) {
   if (stream_k) {
     fs::stream_kernel<DT><<<dim3(p.B, 1, 1), fs::kThreads, kStreamSmem, st>>>(p);
     check_cuda(cudaGetLastError(), "stream kernel launch");
@@ -143,7 +144,9 @@ void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t
     cfg.numAttrs = 1;
     auto* kern = fs::sampler_kernel<DT>;
     if constexpr (DT == fs::kF32) {
-      if (p.has_topk) kern = fs::sampler_kernel<DT, true>;
+      if (p.has_topk) kern = gather ? fs::sampler_kernel<DT, true, true> : fs::sampler_kernel<DT, true>;
+    } else {
+      if (gather) kern = fs::sampler_kernel<DT, false, true>;
     }
     check_cuda(cudaLaunchKernelEx(&cfg, kern, p), "cudaLaunchKernelEx");
   } else {
@@ -165,6 +168,9 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
   fs::Params& p = call.p;
   if (p.B == 0) return 0;
   const int B = p.B, V = p.V, dt = call.dt, dev = call.dev.device_id;
+  // knob 7000 + S: the cluster kernel with S CTAs per row in its gathered-tail instantiation
+  const bool force_gather = cluster > 7000 && cluster <= 7000 + fs::kMaxCluster;
+  if (force_gather) cluster -= 7000;
 
   int cur = -1;
   check_cuda(cudaGetDevice(&cur), "cudaGetDevice");
@@ -190,6 +196,13 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
   p.hist_bytes = c.hist_bytes;
   p.rej_min_k = d.rej_min_k;
   p.rej_joint_min_k = d.rej_joint_min_k;
+  p.gather_cap = d.gather_cap;
+  // the cluster kernel's gathered tail (gather_tail.cuh): calls whose every row has k > rej_min_k
+  // (top_k_first; a scalar top_k, or the min_top_k hint), sm_90
+  const int64_t min_k = p.top_k_arr ? fs::host::min_k_hint(flags) : static_cast<int64_t>(p.top_k_val);
+  const bool gather = d.major >= 9 && d.gather_cap > 0 && p.has_topk &&
+                      (force_gather || (p.mode == fs::kSample && p.has_topk && !p.joint && d.rej_min_k > 0 &&
+                                        min_k > d.rej_min_k));
   cudaStream_t st = stream >= 0 ? reinterpret_cast<cudaStream_t>(stream)
                                 : static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, dev));
   const int esize = dt == fs::kF32 ? 4 : 2;
@@ -247,10 +260,11 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
     }
   } else {
     const bool stream_k = kind == kStream;
+    if (!stream_k && gather) used += 7000;  // (the gathered-tail instantiation)
     switch (dt) {
-      case fs::kF32: launch<fs::kF32>(p, c, d, st, stream_k); break;
-      case fs::kBF16: launch<fs::kBF16>(p, c, d, st, stream_k); break;
-      default: launch<fs::kF16>(p, c, d, st, stream_k); break;
+      case fs::kF32: launch<fs::kF32>(p, c, d, st, stream_k, gather); break;
+      case fs::kBF16: launch<fs::kBF16>(p, c, d, st, stream_k, gather); break;
+      default: launch<fs::kF16>(p, c, d, st, stream_k, gather); break;
     }
   }
   if (cur != dev) cudaSetDevice(cur);

@@ -312,3 +312,51 @@ def test_min_top_k_hint_picks_the_large_k_kernel(src):
         S._CLUSTER = old
     with pytest.raises(ValueError):
         S.top_k_sampling_from_probs(torch.rand(2, 100, device=DEV), 5, min_top_k=-1)
+
+
+@pytest.mark.parametrize("src", ["probs", "logits"])
+@pytest.mark.parametrize("V,Ss", [(32000, (1, 2, 4)), (50021, (2, 4, 8)), (128256, (4, 8))])
+def test_cluster_gathered_tail_same_tokens(src, V, Ss):
+    """The cluster kernel's gathered-tail instantiation (gather_tail.cuh; calls whose every row has
+    k > 1024: a scalar top_k or the min_top_k hint; kernel code 7000 + S): top_k_first rows finish on
+    rank 0 once a radix pass leaves at most 4032 tokens at or above the k-th largest key's bucket,
+    and return the token of the cluster-wide rejection rounds (the default instantiation: a per-row
+    top_k without the hint) for every row: S CTAs per row, peaked, flat and ascending rows, rows of
+    tied values at the top-k boundary (logits rounded to 1/4) and probs rows with zeros, k from 1025
+    to 2048 (and 3000: not gathered), per-row top_p down to 0.26 (rows whose sixteen candidates all
+    fall outside take reject_tail's fallback against the exact radix path), with and without min-p."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("clusters of CTAs run on sm_90+")
+    B = 24
+    gen = torch.Generator(device=DEV).manual_seed(V + (src == "logits"))
+    lg = torch.randn(B, V, generator=gen, device=DEV) * torch.where(
+        torch.rand(B, 1, generator=gen, device=DEV) < 0.5, 4.0, 0.8)
+    lg[:3] = torch.sort(lg[:3], dim=1).values
+    lg[3:7] = torch.round(lg[3:7] * 4) / 4  # ties at the boundary
+    if src == "probs":
+        x = torch.softmax(lg, -1)
+        x[7:9, ::3] = 0.0  # rows with zeros
+        x = x / x.sum(-1, keepdim=True)
+    else:
+        x = lg
+    p = torch.linspace(0.26, 0.99, B, device=DEV)
+    flags = S._SAMPLE | (S._LOGITS if src == "logits" else 0)
+    raw = S._sample_fn()
+    out = torch.empty(B, dtype=torch.int64, device=DEV)
+    old = S._CLUSTER
+    try:
+        for k in (1025, 1500, 2048, 3000):
+            kt = torch.full((B,), k, dtype=torch.int32, device=DEV)
+            for mp in (None, 0.02):
+                for S_ in Ss:
+                    S._CLUSTER = S_
+                    ref = S._call(x, flags, top_k=kt, top_p=p, min_p=mp, seed=7, offset=k)  # (no hint)
+                    hinted = S._call(x, flags | S._hint(k), top_k=kt, top_p=p, min_p=mp, seed=7, offset=k)
+                    scalar = S._call(x, flags, top_k=k, top_p=p, min_p=mp, seed=7, offset=k)
+                    for got in (hinted, scalar):
+                        assert torch.equal(got, ref), (k, mp, S_, (got != ref).nonzero().flatten().tolist())
+                    assert raw(x, out, flags, kt, p, mp, None, 7, k, S_, -1) == S_
+                    assert raw(x, out, flags | S._hint(k), kt, p, mp, None, 7, k, S_, -1) == 7000 + S_
+                    assert torch.equal(out, ref)
+    finally:
+        S._CLUSTER = old

@@ -32,6 +32,12 @@ struct DevInfo {
   // (benchmarks/results/sampling_large_k_h200.json): top_k_first k=2048 B=1 V=32000 33.5 -> 24.9 us,
   // k=1024 22.6 -> 24.0, k=512 17.4 -> 23.9; joint peaked k=512..2048 19.5..36.5 -> 13.4
   int rej_min_k = 1024, rej_joint_min_k = 256;
+  // FIB_SAMPLING_GATHER_CAP: the cluster kernel's gathered tail for those top_k_first rows
+  // (gather_tail.cuh; its own instantiation, sampler_kernel<DT, SUMM, true>, for calls whose every
+  // row is known on the host to have k > rej_min_k: a scalar top_k or the min_top_k hint; knob
+  // 7000 + S forces it) takes rows narrowed to at most this many tokens (at most fs::kGatherCap;
+  // 0: never)
+  int gather_cap = 0;  // (off until its first GPU run; fs::kGatherCap then)
   // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size (from half of it
   // for rows of at most 320 KB) runs the one-pass plain kernel (plain.cuh)
   int plain_min_b = 128;
@@ -71,11 +77,14 @@ void prepare_kernel(DevInfo& d) {
   if (d.major >= 9) {
     check_cuda(cudaFuncSetAttribute(fs::sampler_kernel<DT>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
-    if constexpr (DT == fs::kF32) {  // the fp32 top-k calls' instantiation (16-bit vector maxima, 2a.)
-      check_cuda(cudaFuncSetAttribute(fs::sampler_kernel<DT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    // the top-k calls' instantiations: fp32 (16-bit vector maxima, 2a.), and every dtype's gathered
+    // tail (calls whose every row has k > rej_min_k)
+    constexpr bool summ = DT == fs::kF32;
+    for (auto* kern : {fs::sampler_kernel<DT, summ>, fs::sampler_kernel<DT, summ, true>}) {
+      check_cuda(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       d.optin - static_cast<int>(a.sharedSizeBytes)),
                  "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, top-k)");
-      check_cuda(cudaFuncSetAttribute(fs::sampler_kernel<DT, true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+      check_cuda(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                  "cudaFuncSetAttribute(NonPortableClusterSizeAllowed, top-k)");
     }
   }
@@ -159,6 +168,8 @@ const DevInfo& dev_info(int dev) {
     if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS_LARGE_K")) d.twopass_lk = env_flag(e, d.twopass_lk);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_MIN_K")) d.rej_min_k = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_JOINT_MIN_K")) d.rej_joint_min_k = std::atoi(e);
+    if (const char* e = std::getenv("FIB_SAMPLING_GATHER_CAP")) d.gather_cap = std::atoi(e);
+    if (d.gather_cap > fs::kGatherCap) d.gather_cap = fs::kGatherCap;
     prepare_kernel<fs::kF32>(d);
     prepare_kernel<fs::kBF16>(d);
     prepare_kernel<fs::kF16>(d);

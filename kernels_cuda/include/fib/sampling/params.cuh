@@ -40,6 +40,9 @@ struct Params {
   int rej_min_k, rej_joint_min_k;
   int split_stream_rows;  // the launch has kStreamSmem of dynamic shared memory: rows with k > kSplitMaxK
                           // run stream_row (else sample_row)
+  // sample_row<DT, SUMM, true>: those top_k_first rows finish on rank 0 once a radix pass leaves at
+  // most this many tokens at or above the k-th largest key's bucket (gather_tail.cuh); 0: never
+  int gather_cap;
 };
 
 // Row `row`'s top-k parameter (0 when there is none; int64 values clamped to [0, 2^31-1]).

@@ -12,18 +12,21 @@
 // ranks within a bucket by counting), hence the same token as the cluster kernel for the same
 // inputs, seed and offset. Only the fallback sorts G by value (for the nucleus boundary).
 #pragma once
-#include "fib/sampling/filter.cuh"
+#include "fib/sampling/sort.cuh"
 
 namespace fib {
 namespace sampling {
 
-// u64 entries of the shared scratch reject_tail needs (T: kFilterMaxK, the bucket offsets: kBins
+// The largest top-k set reject_tail takes (4 entries per thread; the filter and two-pass kernels'
+// kFilterMaxK, the cluster kernel's gathered tail)
+constexpr int kRejTailMaxK = 4 * kThreads;
+// u64 entries of the shared scratch reject_tail needs (T: kRejTailMaxK, the bucket offsets: kBins
 // u32, the candidates and the per-warp sums)
-constexpr int kRejTailScratch = kFilterMaxK + kBins / 2 + 4 + 4 * kWarps;
+constexpr int kRejTailScratch = kRejTailMaxK + kBins / 2 + 4 + 4 * kWarps;
 
 __device__ __forceinline__ uint32_t comp_index(uint64_t v) { return 0xffffffffu - static_cast<uint32_t>(v); }
 
-// T[0..nc) = G[0..nc) in ascending token index (nc <= kFilterMaxK = 4 per thread, unique indices
+// T[0..nc) = G[0..nc) in ascending token index (nc <= kRejTailMaxK = 4 per thread, unique indices
 // below V). off: kBins u32. Counting sort by bucket idx >> sh (at most kBins buckets), then each
 // entry's place in its bucket is the number of the bucket's entries with a lower index. All
 // threads; block barriers.
@@ -88,7 +91,9 @@ __device__ __forceinline__ void sort_by_index(const uint64_t* G, int nc, int V, 
 }
 
 // The cluster kernel's rejection rounds on the exact top-k set G[0..nc) of a row of V tokens (any
-// order; top_k_first, tp >= 0.25, wc.kind 0 or 1; kmin: the min-p key, 0 without min-p), and its
+// order, or ascending token index where in_order: the cluster kernel's gathered tail, whose set is
+// copied instead of sorted; top_k_first, tp >= 0.25, wc.kind 0 or 1; kmin: the min-p key, 0
+// without min-p), and its
 // fallback; seed / offs: the row's Philox seed and offset. Writes the token to *out. G is sorted by
 // value in place on the fallback only (G zero-padded to the power of two above nc, as
 // sort_desc_top needs). scr: kRejTailScratch u64. All threads. Not inlined: it runs once per row,
@@ -96,13 +101,20 @@ __device__ __forceinline__ void sort_by_index(const uint64_t* G, int nc, int V, 
 // pass's loops spill.
 static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, uint64_t seed, uint64_t offs, uint64_t* G,
                                          int nc, WeightCtx wc, uint32_t kmin, float tp, uint64_t* scr,
-                                         uint64_t* s_scratch) {
+                                         uint64_t* s_scratch, bool in_order = false) {
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
   uint64_t* const T = scr;
-  uint32_t* const off = reinterpret_cast<uint32_t*>(scr + kFilterMaxK);
-  uint64_t* const cand = scr + kFilterMaxK + kBins / 2;                                             // [4]
-  uint64_t(*const ws)[kWarps] = reinterpret_cast<uint64_t(*)[kWarps]>(scr + kFilterMaxK + kBins / 2 + 4);  // [4]
-  sort_by_index(G, nc, V, T, off, s_scratch);
+  uint32_t* const off = reinterpret_cast<uint32_t*>(scr + kRejTailMaxK);
+  uint64_t* const cand = scr + kRejTailMaxK + kBins / 2;                                             // [4]
+  uint64_t(*const ws)[kWarps] = reinterpret_cast<uint64_t(*)[kWarps]>(scr + kRejTailMaxK + kBins / 2 + 4);  // [4]
+  if (in_order) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (4 * tid + q < nc) T[4 * tid + q] = G[4 * tid + q];
+    __syncthreads();
+  } else {
+    sort_by_index(G, nc, V, T, off, s_scratch);
+  }
   // the kept weights in token order (thread tid: T[4 tid .. 4 tid + 3]) and their prefix sums
   uint64_t w[4], ex[4];
   uint32_t key[4];

@@ -32,6 +32,7 @@
 #include "fib/sampling/spans.cuh"
 #include "fib/sampling/sort.cuh"
 #include "fib/sampling/reject_rounds.cuh"
+#include "fib/sampling/gather_tail.cuh"
 #include "fib/sampling/tail.cuh"
 
 #include <type_traits>
@@ -59,7 +60,9 @@ __device__ __forceinline__ void vec_keys(const uint4 r, bool logits, uint32_t (&
 
 // One row (the slice `rank` of S) of the general algorithm. Called by the cluster kernel, and by
 // the streaming kernel (S = 1, not resident) for rows it does not handle itself.
-template <int DT, bool SUMM = false>
+// GATHER: the cluster kernel's instantiation for calls whose every row is known on the host to have
+// k > p.rej_min_k (gather_tail.cuh); the others hold none of its code (their SASS is the same).
+template <int DT, bool SUMM = false, bool GATHER = false>
 __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, const int row, const uint32_t rank,
                                            const uint32_t S, const int chunk, const bool resident_in) {
   bool resident = resident_in;  // (cleared when a top-p row of a histogram-free layout needs its histograms)
@@ -273,6 +276,10 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   // the candidate paths (gather, sort) are closed to rows with k > p.rej_min_k in either order: the
   // exact radix path is faster there (H200, joint flat k=2048 B=1 V=32000: 36.1 -> 27.0 us)
   bool no_cand = rej_ok && use_k && p.rej_min_k > 0 && k > p.rej_min_k;
+  // (GATHER) rej_k_first rows of resident slices finish on rank 0 once a radix pass of the top-k
+  // leaves at most p.gather_cap tokens at or above the k-th largest key's bucket (gather_tail.cuh)
+  [[maybe_unused]] const bool gather_ok =
+      GATHER && rej_k_first && resident && p.gather_cap > 0 && k <= kCand && p.hist_bytes == 2 * kHistBufBytes;
   uint32_t draw_tag = kTagDraw;
 
   // ---- 1r. joint with a large k, peaked rows: candidates from the whole row, accepted when in the
@@ -457,6 +464,14 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       prefix |= static_cast<uint32_t>(b) << shift;
       mask |= dmask << shift;
       lo = prefix;
+      if constexpr (GATHER) {
+        if (gather_ok && static_cast<uint64_t>(k) - rem + sh_v <= static_cast<uint64_t>(p.gather_cap)) {  // (uniform)
+          const uint32_t kmin = use_m ? f2key(min_p_threshold(wc, logits, T, mp)) : 0u;
+          gathered_tail(p.out_idx + row, row, V, chunk, row_seed(p, row), row_offset(p, row), dsm, (stage - 1) & 1,
+                        prefix, pass + 1, rem, sh_v, wc, kmin, tp);
+          return;
+        }
+      }
       if (sh_v == rem) break;  // the whole bucket is kept: key >= prefix
       if (pass == 2) {
         // exact k-th key; sh_v ties of which rem are kept, lowest index first
@@ -818,17 +833,17 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 #undef FIB_KEY
 }
 
-template <int DT, bool SUMM = false>
+template <int DT, bool SUMM = false, bool GATHER = false>
 __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
   // 128-byte aligned: the TMA destinations (ring stages, resident keys) start on a 128-byte line
   // whatever the static shared memory's size; at a 16-byte offset (static size 8528) the filter
   // kernel was 3-6% slower on the H200 (benchmarks/results/sampling_ab_early_tma_h200.json)
   extern __shared__ __align__(128) unsigned char dsm[];
 #if FIB_HAS_CLUSTER
-  sample_row<DT, SUMM>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
+  sample_row<DT, SUMM, GATHER>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
 #else
-  if constexpr (!SUMM) sample_row<DT>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
-#endif  // (SUMM: launched on sm_90 only)
+  if constexpr (!SUMM && !GATHER) sample_row<DT>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
+#endif  // (SUMM, GATHER: launched on sm_90 only)
 }
 
 }  // namespace sampling

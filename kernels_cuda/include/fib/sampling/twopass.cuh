@@ -51,6 +51,8 @@
 namespace fib {
 namespace sampling {
 
+static_assert(kFilterMaxK <= kRejTailMaxK, "the two-pass kernel's top-k sets fit reject_tail");
+
 // 16-byte loads in flight per thread in the first pass (and the passes that read the slice again)
 // of the kernel with one CTA per SM (128 registers) and of the one with two (64 registers)
 #ifndef FIB_TWOPASS_VECS

@@ -1,0 +1,189 @@
+// fib-runtime sampling: the cluster kernel's gathered tail for large k (top_k_first, by rejection).
+//
+// Top_k_first rows with k > p.rej_min_k sample top-p by rejection on the exact top-k set (sampler.cuh,
+// 4r.). Through the resident keys of S CTAs that costs the rest of the cluster radix select (an
+// 11-bit digit pass and a cluster barrier each) and, per rejection round, cluster barriers around
+// the candidates' draws and checks. Once a radix pass has narrowed the row to at most
+// p.local_cap tokens at or above a digit boundary (the k-th largest key's bucket and everything
+// above it: typically k plus a few hundred), every rank lists its tokens at or above that bound in
+// token order, rank 0 gathers the lists (in rank order: token order), finishes the select in its
+// own shared memory (the remaining digits, then ties by token index) and runs reject_tail on the
+// exact top-k set (reject_tail.cuh: the cluster kernel's rounds, the same fixed-point weights, the
+// same Philox draws and checks, and its fallback), with no cluster barrier after the gather. The
+// token is the one the cluster-wide rounds return for the same inputs, seed and offset
+// (tests/gpu/test_sampling_kernels_gpu.py compares the two with knob 7000 + S).
+#pragma once
+#include "fib/sampling/reject_tail.cuh"
+#include "fib/sampling/spans.cuh"
+
+namespace fib {
+namespace sampling {
+
+// The most tokens the gathered tail takes: a histogram buffer of u64 composites (32 KB) less its
+// last 64 entries, which hold the counts pushed into rank 0 and the block scratch (kGatherCap on).
+constexpr int kGatherCap = kHistBufBytes / 8 - 64;
+static_assert(kGatherCap <= 8 * kThreads, "at most 8 gathered entries per thread");
+static_assert(kRejTailScratch <= kGatherCap, "reject_tail's scratch fits a histogram buffer below the counts");
+static_assert(kCand <= kRejTailMaxK, "the gathered tail's top-k sets fit reject_tail");
+
+// Rank 0, all threads: the exact top-k (value desc, lower token index first on ties) of the N
+// gathered composites X[0..N) (key << 32 | ~index, ascending token index), given the radix state
+// after the cluster's last pass (prefix / mask: the digits chosen so far, rem of v tokens in the
+// chosen bucket still to take, next_pass: the first digit not yet chosen), compacted in token
+// order to X[0..k) and zero-padded to a power of two. Y: kGatherCap u64 of scratch. Returns k.
+__device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, uint32_t prefix, uint32_t mask,
+                                               int next_pass, uint64_t rem, uint64_t v, uint64_t* scratch,
+                                               int* sh_b, uint64_t* sh_above, uint64_t* sh_v) {
+  const int tid = threadIdx.x;
+  uint64_t e[8];
+  uint32_t key[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int pos = 8 * tid + j;
+    e[j] = pos < N ? X[pos] : 0ull;
+    key[j] = static_cast<uint32_t>(e[j] >> 32);
+  }
+  bool all_kept = v == rem;  // the whole chosen bucket is kept: every key >= prefix
+  uint32_t* const cnt = reinterpret_cast<uint32_t*>(Y);
+  for (int q = next_pass; q < 3 && !all_kept; ++q) {
+    const int shift = q == 0 ? 21 : (q == 1 ? 10 : 0);
+    const uint32_t dmask = q == 2 ? 0x3ffu : 0x7ffu;
+    for (int b = tid; b < kBins; b += kThreads) cnt[b] = 0u;
+    if (tid == 0) *sh_b = -1;
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (8 * tid + j < N && (key[j] & mask) == prefix) atomicAdd(&cnt[(key[j] >> shift) & dmask], 1u);
+    __syncthreads();
+    // thread t owns bins 2047 - 4t .. 2044 - 4t (descending): its exclusive scan is the count above
+    uint32_t c4[4];
+    uint64_t s = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      c4[j] = cnt[kBins - 1 - 4 * tid - j];
+      s += c4[j];
+    }
+    uint64_t tot;
+    uint64_t above = block_excl_scan_u64(s, scratch, &tot);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (c4[j] > 0 && above < rem && rem <= above + c4[j]) {
+        *sh_b = kBins - 1 - 4 * tid - j;
+        *sh_above = above;
+        *sh_v = c4[j];
+      }
+      above += c4[j];
+    }
+    __syncthreads();
+    const int b = *sh_b;
+    if (b < 0) {  // (cannot happen: rem <= the keys matching the prefix) keep the bucket whole
+      all_kept = true;
+      break;
+    }
+    rem -= *sh_above;
+    v = *sh_v;
+    prefix |= static_cast<uint32_t>(b) << shift;
+    mask |= dmask << shift;
+    all_kept = v == rem;
+    __syncthreads();  // (every thread has read sh_b / sh_above / sh_v before the next pass resets sh_b)
+  }
+  // kept: key > lo, or key == lo and among the first rem such keys in token order (all of them
+  // when the bucket is kept whole: key >= lo)
+  const uint32_t lo = prefix;
+  bool kept[8];
+  uint64_t kc = 0;
+  if (all_kept) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      kept[j] = 8 * tid + j < N && key[j] >= lo;
+      kc += kept[j] ? 1u : 0u;
+    }
+  } else {
+    uint64_t tc = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) tc += (8 * tid + j < N && key[j] == lo) ? 1u : 0u;
+    uint64_t tt;
+    uint64_t before = block_excl_scan_u64(tc, scratch, &tt);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const bool valid = 8 * tid + j < N;
+      const bool tie = valid && key[j] == lo;
+      kept[j] = valid && (key[j] > lo || (tie && before < rem));
+      before += tie ? 1u : 0u;
+      kc += kept[j] ? 1u : 0u;
+    }
+  }
+  uint64_t K;
+  uint64_t pos = block_excl_scan_u64(kc, scratch, &K);  // (its barriers: every X entry is read)
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    if (kept[j]) X[pos++] = e[j];
+  int P = 32;
+  while (P < static_cast<int>(K)) P <<= 1;
+  for (int j = static_cast<int>(K) + tid; j < P; j += kThreads) X[j] = 0ull;
+  __syncthreads();
+  return static_cast<int>(K);
+}
+
+// All ranks of the cluster (every thread), after a top-k radix pass left at most kGatherCap tokens
+// at or above `prefix` (the digits chosen so far, next_pass the first one not chosen; the row's
+// N = (k - rem) + v): the gathered tail (see the top of this file). Each rank lists its keys >=
+// prefix (thread spans, token order) in Yb and pushes the count into rank 0; after one cluster
+// barrier rank 0 gathers the lists into X, lets the others go, and selects and samples alone. dsm:
+// the two histogram buffers (X = buffer xbuf, the one the last pass's select read, free after the
+// barrier; Yb the other one, free since that pass's barrier), then the resident keys (slices of
+// chunk tokens). The token goes to *out. Not inlined, and its state derived here from few
+// arguments: inside sample_row's radix loop it made the cluster kernel spill on every path (ptxas:
+// 0 -> 136 bytes of stack; a call with 25 arguments: 24-40).
+static __device__ __noinline__ void gathered_tail(int64_t* out, int row, int V, int chunk, uint64_t seed, uint64_t offs,
+                                                  unsigned char* dsm, int xbuf, uint32_t prefix, int next_pass,
+                                                  uint64_t rem, uint64_t v, WeightCtx wc, uint32_t kmin, float tp) {
+  const uint32_t rank = cl_rank(), S = cl_size();
+  const int64_t start = static_cast<int64_t>(rank) * chunk;
+  const int n = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(chunk), V - start)));
+  uint64_t* const X = reinterpret_cast<uint64_t*>(dsm + xbuf * kHistBufBytes);
+  uint64_t* const Yb = reinterpret_cast<uint64_t*>(dsm + (xbuf ^ 1) * kHistBufBytes);
+  const uint32_t* const skeys = reinterpret_cast<const uint32_t*>(dsm + 2 * kHistBufBytes);
+  const uint32_t mask = next_pass == 1 ? 0xffe00000u : (next_pass == 2 ? 0xfffffc00u : 0xffffffffu);
+  // Yb's last 64 entries: the counts pushed into rank 0 [kMaxCluster], the block scratch [kWarps],
+  // the select's bin, count above and bucket count
+  uint64_t* const pcnt = Yb + kGatherCap;
+  uint64_t* const scratch = pcnt + kMaxCluster;
+  int* const sh_b = reinterpret_cast<int*>(scratch + kWarps);
+  uint64_t* const sh_above = scratch + kWarps + 1;
+  uint64_t* const sh_v = scratch + kWarps + 2;
+  static_assert(kMaxCluster + kWarps + 3 <= 64, "the gathered tail's scalars fit");
+  const Span sp = thread_span(n);
+  auto key_at = [&](int i) -> uint32_t { return skeys[i]; };
+  uint64_t c = 0;
+  for_span4(skeys, true, key_at, sp, [&](const uint32_t (&kq)[4], int, int cnt) {
+#pragma unroll
+    for (int t = 0; t < 4; ++t) c += (t < cnt && kq[t] >= prefix) ? 1u : 0u;
+  });
+  uint64_t tot;
+  uint64_t pos = block_excl_scan_u64(c, scratch, &tot);
+  if (c > 0) {
+    for_span4(skeys, true, key_at, sp, [&](const uint32_t (&kq)[4], int j, int cnt) {
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        if (t < cnt && kq[t] >= prefix)
+          Yb[pos++] = (static_cast<uint64_t>(kq[t]) << 32) | (0xffffffffu - static_cast<uint32_t>(start + j + t));
+    });
+  }
+  if (threadIdx.x == 0) *cl_remote(&pcnt[rank], 0u) = tot;
+  cl_sync();  // (every rank's list and count written; every remote read of X done)
+  FIB_PROF(23);
+  if (rank == 0) {
+    const int N = gather_lists(X, Yb, pcnt, S, kGatherCap);
+    __syncthreads();
+    cl_arrive_relaxed();  // (rank 0 has read the other CTAs' lists: they may exit)
+    const int K = gathered_select(X, N, Yb, prefix, mask, next_pass, rem, v, scratch, sh_b, sh_above, sh_v);
+    reject_tail(out, row, V, seed, offs, X, K, wc, kmin, tp, Yb, scratch, true);
+  } else {
+    cl_arrive_relaxed();
+  }
+  cl_wait();
+}
+
+}  // namespace sampling
+}  // namespace fib
