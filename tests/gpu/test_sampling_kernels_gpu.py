@@ -324,7 +324,8 @@ def test_cluster_gathered_tail_same_tokens(src, V, Ss):
     top_k without the hint) for every row: S CTAs per row, peaked, flat and ascending rows, rows of
     tied values at the top-k boundary (logits rounded to 1/4) and probs rows with zeros, k from 1025
     to 2048 (and 3000: not gathered), per-row top_p down to 0.26 (rows whose sixteen candidates all
-    fall outside take reject_tail's fallback against the exact radix path), with and without min-p."""
+    fall outside take reject_tail's fallback against the exact radix path), with and without min-p.
+    Run with FIB_SAMPLING_GATHER_CAP=4032 while the tail is off by default."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("clusters of CTAs run on sm_90+")
     B = 24
@@ -341,6 +342,10 @@ def test_cluster_gathered_tail_same_tokens(src, V, Ss):
         x = lg
     p = torch.linspace(0.26, 0.99, B, device=DEV)
     flags = S._SAMPLE | (S._LOGITS if src == "logits" else 0)
+    from fib_runtime import envs
+
+    # (off by default until its first GPU run: the hinted calls then run the default instantiation)
+    on = int(envs.get("FIB_SAMPLING_GATHER_CAP")) > 0
     raw = S._sample_fn()
     out = torch.empty(B, dtype=torch.int64, device=DEV)
     old = S._CLUSTER
@@ -356,7 +361,7 @@ def test_cluster_gathered_tail_same_tokens(src, V, Ss):
                     for got in (hinted, scalar):
                         assert torch.equal(got, ref), (k, mp, S_, (got != ref).nonzero().flatten().tolist())
                     assert raw(x, out, flags, kt, p, mp, None, 7, k, S_, -1) == S_
-                    assert raw(x, out, flags | S._hint(k), kt, p, mp, None, 7, k, S_, -1) == 7000 + S_
+                    assert raw(x, out, flags | S._hint(k), kt, p, mp, None, 7, k, S_, -1) == (7000 if on else 0) + S_
                     assert torch.equal(out, ref)
     finally:
         S._CLUSTER = old
