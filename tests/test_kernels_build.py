@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -81,6 +82,39 @@ def test_build_tiny_family_skip_when_up_to_date(tmp_path):
 
     mod = tvm_ffi.load_module(str(so))
     assert mod.add(2, 3) == 5
+
+
+def test_arch_selects_machine_code_only():
+    spec = importlib.util.spec_from_file_location("fib_kernels_build", BUILD)
+    b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(b)
+    assert b.gencode(None) == b.GENCODE and b.gencode("") == b.GENCODE
+    assert ("compute_90", "compute_90") in b.GENCODE  # the shipped set carries PTX for newer GPUs
+    assert b.gencode("90") == [("compute_90", "sm_90")]
+    assert b.gencode("sm_80, 90,compute_90") == [("compute_80", "sm_80"), ("compute_90", "sm_90")]
+    with pytest.raises(ValueError, match="'75'"):
+        b.gencode("75")
+
+
+def test_bad_arch_is_an_error(tmp_path):
+    r = run_build("--arch", "90,12x", "--out-dir", str(tmp_path))
+    assert r.returncode == 1
+    assert "unknown CUDA architecture '12x'" in r.stderr
+
+
+@pytest.mark.skipif(not have_nvcc, reason="needs nvcc")
+def test_arch_build_is_its_own_fingerprint(tmp_path):
+    src = tmp_path / "k" / "src"
+    src.mkdir(parents=True)
+    (src / "tiny.cu").write_text(TINY)
+    out = tmp_path / "bin"
+    args = ("--src-dir", str(tmp_path / "k"), "--out-dir", str(out), "-v")
+    r = run_build(*args, "--arch", "90")
+    assert r.returncode == 0 and "tiny: built" in r.stdout, r.stderr
+    assert "code=sm_90" in r.stdout and "sm_80" not in r.stdout and "code=compute_90" not in r.stdout
+    assert "tiny: up-to-date" in run_build(*args, "--arch", "90").stdout
+    r = run_build(*args)  # the shipped set is another binary
+    assert "tiny: built" in r.stdout and "code=sm_80" in r.stdout and "code=compute_90" in r.stdout
 
 
 def test_loader_never_raises_and_reports_reasons(tmp_path, monkeypatch):

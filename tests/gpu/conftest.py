@@ -16,7 +16,8 @@ def force_path(request):
     old = S._CLUSTER
     S._CLUSTER = {"auto": 0, "cluster4": 4, "stream": -1, "filter1": 1001, "filter3": 1003,
                   "split": 2000, "twopass1": 3001, "twopass3": 3003, "twopass2_1": 4001,
-                  "twopass2_2": 4002, "twopass_lk1": 5001, "twopass_lk3": 5003, "twopass2_lk1": 6001}[request.param]
+                  "twopass2_2": 4002, "twopass_lk1": 5001, "twopass_lk3": 5003, "twopass2_lk1": 6001,
+                  "gather4": 7004}[request.param]
     yield request.param
     S._CLUSTER = old
 

@@ -98,7 +98,7 @@ def test_distribution_large_vocab(V, k, p, kind, force_path):
     assert_distribution(counts, q, n, f"large V={V} k={k} p={p} {kind} (margin {margin:.2g}) {force_path}")
 
 
-@pytest.mark.parametrize("force_path", ["auto", "cluster4", "twopass_lk3"], indirect=True)
+@pytest.mark.parametrize("force_path", ["auto", "cluster4", "twopass_lk3", "gather4"], indirect=True)
 @pytest.mark.parametrize("V,k,p,mp,kind,src,order", [
     (32000, 2048, 0.9, 0.0, "peaked", "logits", "joint"),    # joint, peaked: candidates from the whole row
     (32000, 2048, 0.9, 0.0, "flat", "probs", "joint"),       # flat: straight to the exact radix path
@@ -117,7 +117,9 @@ def test_distribution_large_k_rejection(V, k, p, mp, kind, src, order, force_pat
     FIB_SAMPLING_TWOPASS_LARGE_K=1 its large-k instantiation, as the scalar k > 128 allows);
     twopass_lk3: the large-k instantiation with 3 CTAs per row (speculative candidates, the sets
     merged over DSMEM, then for top_k_first rows with k > 1024 the rejection tail: the cluster
-    kernel's rounds on the merged exact top k); cluster4: the resident-row cluster kernel."""
+    kernel's rounds on the merged exact top k); cluster4: the resident-row cluster kernel; gather4: its
+    gathered-tail instantiation (knob 7004: top_k_first rows with k > 1024 finish on rank 0 once a radix
+    pass leaves at most 4032 tokens; with FIB_SAMPLING_GATHER_CAP=0 the knob runs cluster4)."""
     gen = torch.Generator().manual_seed(V + k + int(p * 100))
     for _ in range(20):
         lg = make_row(V, kind, gen)
