@@ -6,10 +6,10 @@ V = 32000 / 128256 / 151936, peaked and flat, top_k_first top-k+top-p, per-row t
 min_top_k hint (the policy: the gathered-tail instantiation where the cluster kernel runs; kernel code
 7000 + S) and without it (the default instantiation, the cluster-wide rejection rounds), plus the
 token identity of the two on every input. Where the two-pass kernel takes the batch the hint picks its
-large-k instantiation instead (the "kernel" column). Needs FIB_SAMPLING_GATHER_CAP > 0 (the default is
-0 until the tail's first GPU run). JSON to --out/sampling_gather_<device>.json.
+large-k instantiation instead (the "kernel" column). Needs FIB_SAMPLING_GATHER_CAP > 0 (the default,
+4032). JSON to --out/sampling_gather_<device>.json.
 
-Usage: FIB_SAMPLING_GATHER_CAP=4032 python benchmarks/sampling_gather.py [--out DIR]
+Usage: python benchmarks/sampling_gather.py [--out DIR]
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def main():
                     print(f"{V:>7} {kind:>6} {B:>3} {r['kernel']:>8} {src:>6} {r['no_hint']:8.1f} {r['hint']:8.1f} "
                           f"{r['ratio']:6.3f} {same}", flush=True)
     meta = run_meta()
-    meta["gather_cap"] = os.environ.get("FIB_SAMPLING_GATHER_CAP", "0 (the default)")
+    meta["gather_cap"] = os.environ.get("FIB_SAMPLING_GATHER_CAP", "4032 (the default)")
     tag = meta["device"].replace("NVIDIA ", "").split()[0].lower()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

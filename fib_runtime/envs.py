@@ -160,7 +160,7 @@ _SPECS: Dict[str, _Spec] = {
     "FIB_SAMPLING_REJECT_MIN_K": _Spec(_int, 1024,
         "Cluster kernel (sample_row): top_k_first rows with a top_k above this sample top-p by rejection "
         "from the kept top-k instead of sorting it (0: never)."),
-    "FIB_SAMPLING_GATHER_CAP": _Spec(_int, 0,
+    "FIB_SAMPLING_GATHER_CAP": _Spec(_int, 4032,
         "Cluster kernel (sample_row): in calls whose every row has top_k > FIB_SAMPLING_REJECT_MIN_K (a scalar "
         "top_k or the min_top_k hint), top_k_first rows finish on one CTA once a radix pass leaves at most this many "
         "tokens at or above the k-th largest key's bucket (the gathered tail; at most 4032, 0: never)."),

@@ -325,7 +325,7 @@ def test_cluster_gathered_tail_same_tokens(src, V, Ss):
     tied values at the top-k boundary (logits rounded to 1/4) and probs rows with zeros, k from 1025
     to 2048 (and 3000: not gathered), per-row top_p down to 0.26 (rows whose sixteen candidates all
     fall outside take reject_tail's fallback against the exact radix path), with and without min-p.
-    Run with FIB_SAMPLING_GATHER_CAP=4032 while the tail is off by default."""
+    With FIB_SAMPLING_GATHER_CAP=0 the hinted calls run the default instantiation (kernel code S)."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("clusters of CTAs run on sm_90+")
     B = 24
@@ -344,7 +344,6 @@ def test_cluster_gathered_tail_same_tokens(src, V, Ss):
     flags = S._SAMPLE | (S._LOGITS if src == "logits" else 0)
     from fib_runtime import envs
 
-    # (off by default until its first GPU run: the hinted calls then run the default instantiation)
     on = int(envs.get("FIB_SAMPLING_GATHER_CAP")) > 0
     raw = S._sample_fn()
     out = torch.empty(B, dtype=torch.int64, device=DEV)

@@ -36,8 +36,9 @@ struct DevInfo {
   // (gather_tail.cuh; its own instantiation, sampler_kernel<DT, SUMM, true>, for calls whose every
   // row is known on the host to have k > rej_min_k: a scalar top_k or the min_top_k hint; knob
   // 7000 + S forces it) takes rows narrowed to at most this many tokens (at most fs::kGatherCap;
-  // 0: never)
-  int gather_cap = 0;  // (off until its first GPU run; fs::kGatherCap then)
+  // 0: never). H100 (benchmarks/results/sampling_gather_h100.json): k=2048 top-k+top-p B=1 / 16 / 64
+  // V=32000 21.9 / 22.5 / 31.8 -> 20.6 / 20.7 / 24.3 us, B=16 V=151936 39.3 -> 29.2, the same tokens
+  int gather_cap = fs::kGatherCap;
   // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size (from half of it
   // for rows of at most 320 KB) runs the one-pass plain kernel (plain.cuh)
   int plain_min_b = 128;
