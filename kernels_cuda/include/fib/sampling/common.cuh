@@ -338,21 +338,24 @@ __device__ __forceinline__ uint64_t warp_incl_scan_u64(uint64_t v, int lane) {
   return v;
 }
 // exclusive prefix over threads in index order; *total gets the block total. scratch: kWarps u64.
+// The warp sums are scanned across lanes (lane i holds warp i's), not summed by every thread: one
+// load and a shuffle scan per thread instead of kWarps loads and ~4 kWarps integer instructions.
 __device__ __forceinline__ uint64_t block_excl_scan_u64(uint64_t v, uint64_t* scratch, uint64_t* total) {
+  static_assert(kWarps <= 32, "one warp sum per lane");
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  uint64_t inc = warp_incl_scan_u64(v, lane);
+  const uint64_t inc = warp_incl_scan_u64(v, lane);
   if (lane == 31) scratch[w] = inc;
   __syncthreads();
-  uint64_t before = 0, tot = 0;
+  uint64_t ws = lane < kWarps ? scratch[lane] : 0ull;
 #pragma unroll
-  for (int i = 0; i < kWarps; ++i) {
-    uint64_t s = scratch[i];
-    if (i < w) before += s;
-    tot += s;
+  for (int d = 1; d < kWarps; d <<= 1) {  // (inclusive scan of the warp sums over lanes 0..kWarps-1)
+    const uint64_t o = __shfl_up_sync(0xffffffffu, ws, d);
+    if (lane >= d) ws += o;
   }
-  __syncthreads();
-  *total = tot;
-  return before + inc - v;
+  __syncthreads();  // (every warp has read scratch: a later call may write it)
+  *total = __shfl_sync(0xffffffffu, ws, kWarps - 1);
+  const uint64_t before = __shfl_sync(0xffffffffu, ws, (w + 31) & 31);  // (warp w - 1's inclusive sum)
+  return (w == 0 ? 0ull : before) + inc - v;
 }
 
 }  // namespace sampling

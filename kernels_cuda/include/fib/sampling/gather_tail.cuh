@@ -177,8 +177,11 @@ static __device__ __noinline__ void gathered_tail(int64_t* out, int row, int V, 
     const int N = gather_lists(X, Yb, pcnt, S, kGatherCap);
     __syncthreads();
     cl_arrive_relaxed();  // (rank 0 has read the other CTAs' lists: they may exit)
+    FIB_PROF(21);
     const int K = gathered_select(X, N, Yb, prefix, mask, next_pass, rem, v, scratch, sh_b, sh_above, sh_v);
+    FIB_PROF(22);
     reject_tail(out, row, V, seed, offs, X, K, wc, kmin, tp, Yb, scratch, true);
+    FIB_PROF(9);
   } else {
     cl_arrive_relaxed();
   }

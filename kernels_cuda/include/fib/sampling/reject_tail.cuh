@@ -168,12 +168,9 @@ static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, ui
         ws[h + 1][wid] = A1;
       }
       __syncthreads();
-      uint64_t a0 = 0, a1 = 0;
-#pragma unroll
-      for (int i = 0; i < kWarps; ++i) {
-        a0 += ws[h][i];
-        a1 += ws[h + 1][i];
-      }
+      // (lane i adds warp i's sums: the same integers as every thread summing all kWarps)
+      const uint64_t a0 = warp_sum_u64(lane < kWarps ? ws[h][lane] : 0ull);
+      const uint64_t a1 = warp_sum_u64(lane < kWarps ? ws[h + 1][lane] : 0ull);
       // (block-uniform; the next round writes cand only after this round's last barrier, and
       // ws[h] only after its candidate barrier)
       const uint64_t acc = a0 < target ? va : (a1 < target ? vb : 0ull);

@@ -458,6 +458,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       build_coarse(cnt, cs);
       cl_sync();
       cluster_select(cnt, cs, S, rem, &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp, &sh_gabove);
+      FIB_PROF(18 + pass);  // (profiling builds: the top-k radix passes)
       const int b = sh_b;
       if (b < 0) break;  // cannot happen (rem <= candidates); keep everything above the prefix
       rem -= sh_above;

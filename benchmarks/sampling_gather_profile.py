@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Where a k=2048 row's time goes in the cluster kernel, with and without the gathered tail
+(row 0 / rank 0 phase timestamps of a `-DFIB_SAMPLING_PROFILE` build; `prof_read()`).
+
+Phases (us since the kernel's entry on rank 0): keys loaded and delegate histogram (slot 1), the
+first cluster barrier (2), the delegate select (3), the top-k radix passes (18-20), and then either
+the gathered tail (23: lists written and the cluster barrier, 21: lists gathered on rank 0, 22: the
+select finished, 9: reject_tail's token) or the cluster-wide rounds (11: span masses, 12-14: the
+rounds' barriers, 15 / 16: the row's end). Slots a call did not reach keep an older call's time and
+read as negative: shown as "-". Graph time per call of the same build beside it (the profile build's
+timestamps cost a little).
+
+    FIB_KERNELS_DIR=<profile build> python benchmarks/sampling_gather_profile.py [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import torch  # noqa: E402
+
+from sampling import graph_time, make_inputs, run_meta  # noqa: E402
+
+from fib_runtime.kernels import loader  # noqa: E402
+from fib_runtime.kernels import sampling as S  # noqa: E402
+
+SLOTS = {"loaded": 1, "sync_a": 2, "delegate": 3, "pass0": 18, "pass1": 19, "pass2": 20, "gather_sync": 23,
+         "gathered": 21, "selected": 22, "tail_token": 9, "span_masses": 11, "round_a": 12, "round_b": 13,
+         "round_c": 14, "end15": 15, "end16": 16}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = ap.parse_args()
+    mod = loader.load_family("sampling")
+    if mod is None or not hasattr(mod, "prof_read"):
+        sys.exit("needs a -DFIB_SAMPLING_PROFILE build in FIB_KERNELS_DIR")
+    seed_t = torch.tensor([7], dtype=torch.int64, device="cuda")
+    rows = []
+    print(f"{'V':>7} {'B':>3} {'src':>6} {'hint':>5} {'us':>6}  " + " ".join(f"{n:>11}" for n in SLOTS))
+    for V in (32000, 128256, 151936):
+        for B in (1, 16):
+            lgs = make_inputs(B, V, "peaked")
+            for src in ("probs", "logits"):
+                xs = [torch.softmax(x, -1) for x in lgs] if src == "probs" else lgs
+                fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
+                kt = torch.full((B,), 2048, dtype=torch.int32, device="cuda")
+                pt = torch.full((B,), 0.9, device="cuda")
+                for hint in (None, 2048):
+                    out = torch.empty(B, dtype=torch.int64, device="cuda")
+                    us = graph_time([(lambda i=i: fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=hint))
+                                     for i in range(4)])
+                    slots = []
+                    for i in range(4):  # one eager call per input, its timestamps
+                        fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=hint)
+                        vals = [int(v) for v in str(mod.prof_read()).split(",")][20:44]
+                        slots.append({n: (vals[j] / 1000.0 if vals[j] > 0 else None) for n, j in SLOTS.items()})
+                    med = {}
+                    for n in SLOTS:
+                        vs = sorted(s[n] for s in slots if s[n] is not None)
+                        med[n] = vs[len(vs) // 2] if len(vs) >= 3 else None
+                    rows.append({"V": V, "B": B, "src": src, "hint": hint, "graph_us": us, "phases_us": med,
+                                 "per_input": slots})
+                    print(f"{V:>7} {B:>3} {src:>6} {str(hint):>5} {us:6.1f}  " +
+                          " ".join(f"{(f'{med[n]:.2f}' if med[n] is not None else '-'):>11}" for n in SLOTS), flush=True)
+    meta = run_meta()
+    meta["build_config"] = str(mod.build_config())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = meta["device"].replace("NVIDIA ", "").split()[0].lower()
+    (out / f"sampling_gather_profile_{tag}.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
