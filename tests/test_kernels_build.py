@@ -56,12 +56,17 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(add, add);
 """
 
 
-@pytest.mark.skipif(not have_nvcc, reason="needs nvcc")
-def test_build_tiny_family_skip_when_up_to_date(tmp_path):
+def tiny_family(tmp_path):
+    """A kernels_cuda-like tree with the one family TINY under tmp_path/k; returns (src dir, out dir)."""
     src = tmp_path / "k" / "src"
     src.mkdir(parents=True)
     (src / "tiny.cu").write_text(TINY)
-    out = tmp_path / "bin"
+    return src, tmp_path / "bin"
+
+
+@pytest.mark.skipif(not have_nvcc, reason="needs nvcc")
+def test_build_tiny_family_skip_when_up_to_date(tmp_path):
+    src, out = tiny_family(tmp_path)
     r = run_build("--src-dir", str(tmp_path / "k"), "--out-dir", str(out), "-j", "2")
     assert r.returncode == 0, r.stderr
     assert "tiny: built" in r.stdout
@@ -104,10 +109,7 @@ def test_bad_arch_is_an_error(tmp_path):
 
 @pytest.mark.skipif(not have_nvcc, reason="needs nvcc")
 def test_arch_build_is_its_own_fingerprint(tmp_path):
-    src = tmp_path / "k" / "src"
-    src.mkdir(parents=True)
-    (src / "tiny.cu").write_text(TINY)
-    out = tmp_path / "bin"
+    _, out = tiny_family(tmp_path)
     args = ("--src-dir", str(tmp_path / "k"), "--out-dir", str(out), "-v")
     r = run_build(*args, "--arch", "90")
     assert r.returncode == 0 and "tiny: built" in r.stdout, r.stderr
