@@ -353,7 +353,7 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(build_config, build_config);
 // profiling builds: the filter kernel's phase timestamps of the last call (row 0, rank 0), as
 // "t1-t0,t2-t0,...,t9-t0 (ns),compactions,compacted entries"
 tvm::ffi::String prof_read() {
-  unsigned long long h[24] = {};
+  unsigned long long h[32] = {};
   check_cuda(cudaDeviceSynchronize(), "sync");
   check_cuda(cudaMemcpyFromSymbol(h, fs::g_fib_prof, sizeof(h)), "cudaMemcpyFromSymbol");
   std::string r;
@@ -363,8 +363,8 @@ tvm::ffi::String prof_read() {
   r += "," + std::to_string(h[14]) + "," + std::to_string(h[15]);
   for (int i = 16; i <= 19; ++i) r += "," + std::to_string(static_cast<long long>(h[i] - h[0]));
   r += "," + std::to_string(h[21]);
-  // then every slot as a time since h[0] (0 where unset): fields 20..43
-  for (int i = 0; i < 24; ++i) r += "," + std::to_string(h[i] ? static_cast<long long>(h[i] - h[0]) : 0LL);
+  // then every slot as a time since h[0] (0 where unset): fields 20..51
+  for (int i = 0; i < 32; ++i) r += "," + std::to_string(h[i] ? static_cast<long long>(h[i] - h[0]) : 0LL);
   return tvm::ffi::String(r);
 }
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(prof_read, prof_read);

@@ -69,12 +69,24 @@ __device__ __forceinline__ uint32_t logit_bin_floor(int b) {
 template <class T>
 __device__ __forceinline__ void build_coarse(const T* buf, uint64_t* csum) {
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  if constexpr (std::is_same<T, uint32_t>::value) {
+    // counts (a CTA's keys: < 2^32): one warp reduction instruction per group, all in flight
+    uint32_t v[kGroups / kWarps];
 #pragma unroll
-  for (int q = 0; q < kGroups / kWarps; ++q) {
-    const int g = wid * (kGroups / kWarps) + q;
-    uint64_t v = hist_at(buf, g * 32 + lane);
-    v = warp_sum_u64(v);
-    if (lane == 0) csum[g] = v;
+    for (int q = 0; q < kGroups / kWarps; ++q) v[q] = buf[(wid * (kGroups / kWarps) + q) * 32 + lane];
+#pragma unroll
+    for (int q = 0; q < kGroups / kWarps; ++q) v[q] = __reduce_add_sync(0xffffffffu, v[q]);
+    if (lane == 0)
+#pragma unroll
+      for (int q = 0; q < kGroups / kWarps; ++q) csum[wid * (kGroups / kWarps) + q] = v[q];
+  } else {
+#pragma unroll
+    for (int q = 0; q < kGroups / kWarps; ++q) {
+      const int g = wid * (kGroups / kWarps) + q;
+      uint64_t v = hist_at(buf, g * 32 + lane);
+      v = warp_sum_u64(v);
+      if (lane == 0) csum[g] = v;
+    }
   }
 }
 

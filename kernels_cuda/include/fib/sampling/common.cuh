@@ -50,6 +50,21 @@ __device__ __forceinline__ float sanitize(float v, bool logits) {
   return v;
 }
 
+// f2key(sanitize(x, LOGITS)) of an fp32 x given by its bits, in integer operations (the float
+// compares of sanitize and f2key's branch cost ~11 instructions per token; this 3 for probs, 7 for
+// logits). Same key for every bit pattern (tests/test_sampling_keys.py replays both over all 2^32).
+template <bool LOGITS>
+__device__ __forceinline__ uint32_t key_of_bits(uint32_t u) {
+  if constexpr (LOGITS) {
+    const uint32_t a = u & 0x7fffffffu;                                     // |x|
+    const uint32_t s = static_cast<uint32_t>(static_cast<int32_t>(u) >> 31);  // all ones if x < 0
+    const uint32_t key = a == 0u ? 0x80000000u : (u ^ (s | 0x80000000u));   // (-0 -> +0)
+    return a > 0x7f800000u ? 0x007fffffu : key;                             // NaN -> -inf
+  } else {
+    return 0x80000000u | (u <= 0x7f800000u ? u : 0u);  // NaN, negatives and -0 -> +0
+  }
+}
+
 template <int DT>
 __device__ __forceinline__ float load_elem(const void* base, int64_t i) {
   if constexpr (DT == kF32) {
@@ -216,7 +231,7 @@ __device__ __forceinline__ uint32_t cl_size() {
 // profiling builds only
 // (nvcc -DFIB_SAMPLING_PROFILE; read with the exported prof_read()).
 #ifdef FIB_SAMPLING_PROFILE
-__device__ unsigned long long g_fib_prof[24];
+__device__ unsigned long long g_fib_prof[32];
 // thread 0 of the CTAs where `cond` holds records slot i
 #define FIB_PROF_WHEN(cond, i)                                           \
   do {                                                                   \

@@ -176,6 +176,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   if (p.hist_bytes)
     for (int b = tid; b < kBins; b += kThreads) cnt0[b] = 0u;
   if (tid == 0) sh_max = 0u;
+  FIB_PROF(24);
   __syncthreads();  // (the mbarrier's init, the zeroed histogram)
 
   // ---- 1. load (+ delegate histogram)
@@ -183,20 +184,37 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   if constexpr (DT == kF32) {
 #if FIB_HAS_CLUSTER
     if (tma) mbar_wait(&sh_lbar, 0u);
+    FIB_PROF(25);
+    // the slice's keys in place: 4 vectors per thread loaded before any is stored (a store may
+    // alias a later load, so one at a time each load waited out the store before it), the key in
+    // integer operations, the row's kind outside the loop
     uint4* sk4 = reinterpret_cast<uint4*>(skeys);
-    for (int vi = tma ? tid : nv; vi < nv; vi += kThreads) {  // (the vectors of the register path below)
-      uint32_t kk[VEC];
-      vec_keys<DT>(sk4[vi], logits, kk);
-      if constexpr (SUMM) {
-        const uint32_t vm = max(max(kk[0], kk[1]), max(kk[2], kk[3]));
-        dkey = max(dkey, vm);
-        if (summ_ok) summ[vi] = static_cast<uint16_t>(vm >> 16);
-      } else {
+    auto convert = [&](auto lg) {
+      constexpr bool LG = decltype(lg)::value;
+      constexpr int U = 4;
+      for (int v0 = tma ? tid : nv; v0 < nv; v0 += U * kThreads) {  // (the vectors of the register path below)
+        uint4 q[U];
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) dkey = max(dkey, kk[j]);
+        for (int u = 0; u < U; ++u)
+          if (v0 + u * kThreads < nv) q[u] = sk4[v0 + u * kThreads];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int vi = v0 + u * kThreads;
+          if (vi < nv) {
+            const uint32_t k0 = key_of_bits<LG>(q[u].x), k1 = key_of_bits<LG>(q[u].y);
+            const uint32_t k2 = key_of_bits<LG>(q[u].z), k3 = key_of_bits<LG>(q[u].w);
+            const uint32_t vm = max(max(k0, k1), max(k2, k3));
+            dkey = max(dkey, vm);
+            if constexpr (SUMM) {
+              if (summ_ok) summ[vi] = static_cast<uint16_t>(vm >> 16);
+            }
+            sk4[vi] = make_uint4(k0, k1, k2, k3);
+          }
+        }
       }
-      sk4[vi] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
-    }
+    };
+    if (logits) convert(std::true_type{});
+    else convert(std::false_type{});
 #endif
   }
   {
@@ -230,12 +248,14 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       dkey = max(dkey, key);
     }
   }
+  FIB_PROF(26);
   if (use_k && dkey) atomicAdd(&cnt0[(SUMM && logits) ? logit_bin(dkey) : static_cast<int>(dkey >> 21)], 1u);
   {
     uint32_t wm = __reduce_max_sync(0xffffffffu, dkey);
     if (lane == 0) atomicMax(&sh_max, wm);
   }
   __syncthreads();
+  FIB_PROF(27);
   if (use_k) build_coarse(cnt0, sh_csum[0]);
   FIB_PROF(1);
   cl_wait();  // every rank has started (pairs with the arrive at entry)

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Where a k=50 row's time goes at small batches (the cluster kernel's candidate path, and the
+two-pass kernel where the policy picks it), beside cake in the same run.
+
+Row 0 / rank 0 phase timestamps of a `-DFIB_SAMPLING_PROFILE` build (`prof_read()`), in us since
+the kernel's entry. Cluster kernel slots: 24 the per-row parameters read (before the first block
+barrier), 25 the TMA slice landed (thread 0's wait), 26 thread 0's keys converted, 27 the block
+barrier after the delegate histogram, 1 the coarse sums, 2 the first cluster barrier, 3 the
+delegate select (the bound L), 4 the candidate listing, 5 its cluster barrier, 6 the lists gathered
+on rank 0, 7 sorted, 8 drawn. Two-pass kernel slots are printed raw (see twopass.cuh). Every slot a
+call reached is kept (slots it did not reach keep an older call's value; those read as negative or
+beyond the graph time and are dropped).
+
+    FIB_KERNELS_DIR=<profile build> python benchmarks/sampling_small_profile.py [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import torch  # noqa: E402
+
+from sampling import FI, graph_time, make_inputs, run_meta  # noqa: E402
+
+from fib_runtime.kernels import loader  # noqa: E402
+from fib_runtime.kernels import sampling as S  # noqa: E402
+
+ORDER = [24, 25, 26, 27, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--k", type=int, default=50)
+    args = ap.parse_args()
+    mod = loader.load_family("sampling")
+    if mod is None or not hasattr(mod, "prof_read"):
+        sys.exit("needs a -DFIB_SAMPLING_PROFILE build in FIB_KERNELS_DIR")
+    FI.load()
+    seed_t = torch.tensor([7], dtype=torch.int64, device="cuda")
+    rows = []
+    k = args.k
+    for V in (32000, 128256, 151936):
+        for B in (1, 16, 64):
+            for kind in ("peaked", "flat"):
+                lgs = make_inputs(B, V, kind)
+                for src in ("probs", "logits"):
+                    if src == "logits" and kind == "flat":
+                        continue
+                    xs = [torch.softmax(x, -1) for x in lgs] if src == "probs" else lgs
+                    fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
+                    kt = torch.full((B,), k, dtype=torch.int32, device="cuda")
+                    pt = torch.full((B,), 0.9, device="cuda")
+                    out = torch.empty(B, dtype=torch.int64, device="cuda")
+                    us = graph_time([(lambda i=i: fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=k))
+                                     for i in range(4)])
+                    cake_us = None
+                    if src == "probs" and FI.ok:
+                        cake_us = graph_time([(lambda i=i: FI.cake.top_k_top_p_sampling_from_probs(
+                            xs[i], kt, pt, top_k_max=k)) for i in range(4)])
+                    per = []
+                    for i in range(4):  # one eager call per input, its timestamps
+                        fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=k)
+                        vals = [int(v) for v in str(mod.prof_read()).split(",")][20:52]
+                        per.append({s: vals[s] / 1000.0 for s in range(1, 32)
+                                    if 0 < vals[s] < 200_000})
+                    med = {}
+                    for s in ORDER:
+                        vs = sorted(p[s] for p in per if s in p)
+                        if len(vs) >= 3:
+                            med[s] = vs[len(vs) // 2]
+                    rows.append({"V": V, "B": B, "kind": kind, "src": src, "k": k, "graph_us": us,
+                                 "cake_us": cake_us, "slots_us": med, "per_input": per})
+                    print(f"{V:>7} {B:>3} {kind:>6} {src:>6} ours {us:6.2f} cake "
+                          f"{(f'{cake_us:6.2f}' if cake_us else '     -')} | " +
+                          " ".join(f"{s}:{v:.2f}" for s, v in med.items()), flush=True)
+    meta = run_meta()
+    meta["build_config"] = str(mod.build_config())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = meta["device"].replace("NVIDIA ", "").split()[0].lower()
+    (out / f"sampling_small_profile_{tag}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
