@@ -61,7 +61,8 @@ def test_cluster_listing_summary_same_tokens(src, V):
     ascending, constant and one-bin rows and rows whose large values sit at vector and slice
     edges; logits rows at, inside and past the edges of the logit bins' window (bin-edge values
     with the float just below each, all above 2^10, all within +-2^-6, all below -2^10, log-uniform
-    magnitudes of both signs); k from 1 to 2048; the tokens must equal the streaming kernel's under 2, 4 and 8 CTAs
+    magnitudes of both signs), a row with NaN, -0 and negative (probs) / -inf (logits) entries among
+    its largest, a row with a +inf; k from 1 to 2048; the tokens must equal the streaming kernel's under 2, 4 and 8 CTAs
     per row, in both orders, except where the cluster kernel samples by rejection (k > 1024, joint
     rows with k > 256: there no draw may fall outside the top-k)."""
     B = 12
@@ -91,6 +92,17 @@ def test_cluster_listing_summary_same_tokens(src, V):
                               1.0 + 2.0 ** -7, 4.0 - 2.0 ** -5, 1023.0, 1024.0 - 2.0 ** -4], device=DEV)
     lg[11, torch.randperm(V, generator=gen, device=DEV)[:len(edge_vals) * 20]] = edge_vals.repeat(20)
     x = lg if src == "logits" else torch.softmax(lg, -1)
+    # the listing's rows keep the slice's raw bits until it reads them (integer keys, NaN / -0 /
+    # negative rules): NaN, -0, negative probs and -inf logits among the candidates of row 7; a
+    # +inf in row 0 sends it out of the listing (the slice is turned into keys before the radix path)
+    x = x.clone()
+    spots = torch.randperm(V, generator=gen, device=DEV)[:400]
+    big = x[7].max()
+    x[7, spots[:100]] = float("nan")
+    x[7, spots[100:200]] = -0.0
+    x[7, spots[200:300]] = -big if src == "probs" else float("-inf")
+    x[7, spots[300:]] = big * (1.0 + torch.rand(100, generator=gen, device=DEV))
+    x[0, 123] = float("inf")
     fn_name = "top_k_top_p_sampling_from_" + src
     p = torch.full((B,), 0.9, device=DEV)
     old = S._CLUSTER
