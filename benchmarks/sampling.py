@@ -12,7 +12,8 @@ Device time: CUDA graph of 4 calls on 4 different inputs (so input-dependent tim
 inputs), replayed; median per call over 5 repeats. Host cost: wall clock of 1000 back-to-back calls at
 B=1, V=32000 (best of 3). Floor = B*V*4 bytes / 4285 GB/s (measured copy bandwidth of this H200).
 
-Writes benchmarks/results/sampling_h200.json and .md (or --out DIR).
+Writes benchmarks/results/sampling_<gpu>.json, .md and .log (or --out DIR), <gpu> the device's model
+(sampling_h200.*, sampling_h100.*).
 """
 from __future__ import annotations
 
@@ -483,7 +484,11 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     FI.load()
-    logf = open(out / "sampling_h200.log", "a")
+    # the files are named after the GPU's model: "NVIDIA H100 80GB HBM3" -> sampling_h100.*
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    tag = name.replace("NVIDIA ", "").split()[0].lower() if name.strip() else "gpu"
+    stem = f"sampling_{tag}"
+    logf = open(out / f"{stem}.log", "a")
 
     def log(s):
         print(s, flush=True)
@@ -504,9 +509,9 @@ def main():
     def save():
         meta["bench_seconds"] = time.time() - t0
         res["acceptance"] = acceptance(res["grid"], res["extra"]) if res["grid"] else {}
-        (out / "sampling_h200.json").write_text(json.dumps(res, indent=1))
+        (out / f"{stem}.json").write_text(json.dumps(res, indent=1))
         if res["host_cost_us"] or res["grid"]:
-            write_md(out / "sampling_h200.md", meta, res["grid"], res["extra"], res["host_cost_us"], res["acceptance"],
+            write_md(out / f"{stem}.md", meta, res["grid"], res["extra"], res["host_cost_us"], res["acceptance"],
                      res["cluster_sweep"])
 
     import signal
