@@ -92,9 +92,9 @@ def test_cluster_listing_summary_same_tokens(src, V):
                               1.0 + 2.0 ** -7, 4.0 - 2.0 ** -5, 1023.0, 1024.0 - 2.0 ** -4], device=DEV)
     lg[11, torch.randperm(V, generator=gen, device=DEV)[:len(edge_vals) * 20]] = edge_vals.repeat(20)
     x = lg if src == "logits" else torch.softmax(lg, -1)
-    # the listing's rows keep the slice's raw bits until it reads them (integer keys, NaN / -0 /
-    # negative rules): NaN, -0, negative probs and -inf logits among the candidates of row 7; a
-    # +inf in row 0 sends it out of the listing (the slice is turned into keys before the radix path)
+    # the load's integer keys (key_of_bits: the NaN / -0 / negative rules) on the listing's path:
+    # NaN, -0, negative probs and -inf logits among the candidates of row 7; a +inf in row 0 sends
+    # that row past the listing to the radix path
     x = x.clone()
     spots = torch.randperm(V, generator=gen, device=DEV)[:400]
     big = x[7].max()
