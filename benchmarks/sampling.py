@@ -453,6 +453,20 @@ def write_md(path, meta, grid, extra, host, acc, sweep):
     Path(path).write_text("\n".join(L))
 
 
+def device_tag(name=None):
+    """The GPU's model for result file names: "NVIDIA H100 80GB HBM3" -> "h100" ("cpu" without one)."""
+    if name is None:
+        name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    return name.replace("NVIDIA ", "").split()[0].lower() if name.strip() else "gpu"
+
+
+def prof_slots(mod):
+    """The phase timestamps of the last call of a -DFIB_SAMPLING_PROFILE build (`mod.prof_read()`): slot i
+    as us since slot 0, None where unset (slots a call did not reach read as negative)."""
+    vals = [int(v) for v in str(mod.prof_read()).split(",")][20:52]
+    return [v / 1000.0 if v > 0 else None for v in vals]
+
+
 def run_meta():
     """Device, driver, library versions and date of a benchmark run (FI.load() first)."""
     try:
@@ -484,10 +498,7 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     FI.load()
-    # the files are named after the GPU's model: "NVIDIA H100 80GB HBM3" -> sampling_h100.*
-    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    tag = name.replace("NVIDIA ", "").split()[0].lower() if name.strip() else "gpu"
-    stem = f"sampling_{tag}"
+    stem = f"sampling_{device_tag()}"  # (named after the GPU's model: sampling_h100.* on an H100)
     logf = open(out / f"{stem}.log", "a")
 
     def log(s):

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from sampling import graph_time, make_inputs, run_meta  # noqa: E402
+from sampling import device_tag, graph_time, make_inputs, run_meta  # noqa: E402
 
 from fib_runtime.kernels import sampling as S  # noqa: E402
 
@@ -69,10 +69,9 @@ def main():
                           f"{r['ratio']:6.3f} {same}", flush=True)
     meta = run_meta()
     meta["gather_cap"] = os.environ.get("FIB_SAMPLING_GATHER_CAP", "4032 (the default)")
-    tag = meta["device"].replace("NVIDIA ", "").split()[0].lower()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"sampling_gather_{tag}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / f"sampling_gather_{device_tag(meta['device'])}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from sampling import graph_time, make_inputs, run_meta  # noqa: E402
+from sampling import device_tag, graph_time, make_inputs, prof_slots, run_meta  # noqa: E402
 
 from fib_runtime.kernels import loader  # noqa: E402
 from fib_runtime.kernels import sampling as S  # noqa: E402
@@ -60,8 +60,8 @@ def main():
                     slots = []
                     for i in range(4):  # one eager call per input, its timestamps
                         fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=hint)
-                        vals = [int(v) for v in str(mod.prof_read()).split(",")][20:44]
-                        slots.append({n: (vals[j] / 1000.0 if vals[j] > 0 else None) for n, j in SLOTS.items()})
+                        vals = prof_slots(mod)
+                        slots.append({n: vals[j] for n, j in SLOTS.items()})
                     med = {}
                     for n in SLOTS:
                         vs = sorted(s[n] for s in slots if s[n] is not None)
@@ -74,8 +74,7 @@ def main():
     meta["build_config"] = str(mod.build_config())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = meta["device"].replace("NVIDIA ", "").split()[0].lower()
-    (out / f"sampling_gather_profile_{tag}.json").write_text(
+    (out / f"sampling_gather_profile_{device_tag(meta['device'])}.json").write_text(
         json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 

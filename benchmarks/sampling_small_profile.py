@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from sampling import FI, graph_time, make_inputs, run_meta  # noqa: E402
+from sampling import FI, device_tag, graph_time, make_inputs, prof_slots, run_meta  # noqa: E402
 
 from fib_runtime.kernels import loader  # noqa: E402
 from fib_runtime.kernels import sampling as S  # noqa: E402
@@ -67,9 +67,8 @@ def main():
                     per = []
                     for i in range(4):  # one eager call per input, its timestamps
                         fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=k)
-                        vals = [int(v) for v in str(mod.prof_read()).split(",")][20:52]
-                        per.append({s: vals[s] / 1000.0 for s in range(1, 32)
-                                    if 0 < vals[s] < 200_000})
+                        vals = prof_slots(mod)
+                        per.append({s: vals[s] for s in range(1, 32) if vals[s] is not None and vals[s] < 200.0})
                     med = {}
                     for s in ORDER:
                         vs = sorted(p[s] for p in per if s in p)
@@ -84,8 +83,7 @@ def main():
     meta["build_config"] = str(mod.build_config())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = meta["device"].replace("NVIDIA ", "").split()[0].lower()
-    (out / f"sampling_small_profile_{tag}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / f"sampling_small_profile_{device_tag(meta['device'])}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
