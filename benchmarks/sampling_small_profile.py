@@ -34,6 +34,22 @@ from fib_runtime.kernels import sampling as S  # noqa: E402
 ORDER = [24, 25, 26, 27, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23]
 
 
+def cta_summary(text, B):
+    """prof_cta_read's per-CTA events (0 entry, 1 pass end, 2 candidates, 3 done; ns since the first
+    entry, -1 unset) -> {rank: {event: (median us, max us)}} over the rows, ranks that ran only."""
+    v = [int(x) for x in str(text).split(",")]
+    out = {}
+    for rk in range(8):
+        ev = {}
+        for e in range(4):
+            xs = sorted(v[(r * 8 + rk) * 4 + e] / 1000.0 for r in range(min(B, 1024)) if v[(r * 8 + rk) * 4 + e] >= 0)
+            if xs:
+                ev[e] = (xs[len(xs) // 2], xs[-1])
+        if ev:
+            out[rk] = ev
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -64,18 +80,27 @@ def main():
                     if src == "probs" and FI.ok:
                         cake_us = graph_time([(lambda i=i: FI.cake.top_k_top_p_sampling_from_probs(
                             xs[i], kt, pt, top_k_max=k)) for i in range(4)])
-                    per = []
+                    per, ctas = [], []
+                    if hasattr(mod, "prof_cta_read"):
+                        mod.prof_cta_read(B)  # (clears what the timed calls left)
                     for i in range(4):  # one eager call per input, its timestamps
                         fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=k)
                         vals = prof_slots(mod)
                         per.append({s: vals[s] for s in range(1, 32) if vals[s] is not None and vals[s] < 200.0})
+                        if hasattr(mod, "prof_cta_read"):
+                            ctas.append(cta_summary(mod.prof_cta_read(B), B))
                     med = {}
                     for s in ORDER:
                         vs = sorted(p[s] for p in per if s in p)
                         if len(vs) >= 3:
                             med[s] = vs[len(vs) // 2]
                     rows.append({"V": V, "B": B, "kind": kind, "src": src, "k": k, "graph_us": us,
-                                 "cake_us": cake_us, "slots_us": med, "per_input": per})
+                                 "cake_us": cake_us, "slots_us": med, "per_input": per, "cta": ctas})
+                    for c in ctas[1:2]:
+                        if c:
+                            print("      per-CTA (us since the first entry; median / max over rows): " +
+                                  " ".join(f"r{rk}:" + ",".join(f"e{e}={v[0]:.2f}/{v[1]:.2f}" for e, v in ev.items())
+                                           for rk, ev in c.items()), flush=True)
                     print(f"{V:>7} {B:>3} {kind:>6} {src:>6} ours {us:6.2f} cake "
                           f"{(f'{cake_us:6.2f}' if cake_us else '     -')} | " +
                           " ".join(f"{s}:{v:.2f}" for s, v in med.items()), flush=True)

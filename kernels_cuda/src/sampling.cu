@@ -26,6 +26,7 @@
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 #include <string>
 
 #include "fib/sampling/filter.cuh"
@@ -368,6 +369,23 @@ tvm::ffi::String prof_read() {
   return tvm::ffi::String(r);
 }
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(prof_read, prof_read);
+// profiling builds: the per-CTA timestamps of the last call (FIB_PROF_CTA: rows < nrows, 8 ranks, 4
+// events each, ns since the earliest event 0; -1 where unset), then cleared
+tvm::ffi::String prof_cta_read(int64_t nrows) {
+  const size_t n = static_cast<size_t>(nrows < 1024 ? (nrows < 1 ? 1 : nrows) : 1024) * 32;
+  std::vector<unsigned long long> h(1024 * 32, 0ull);
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  check_cuda(cudaMemcpyFromSymbol(h.data(), fs::g_fib_cta, h.size() * 8), "cudaMemcpyFromSymbol");
+  unsigned long long t0 = ~0ull;
+  for (size_t i = 0; i < n; i += 4)
+    if (h[i] && h[i] < t0) t0 = h[i];
+  std::string r;
+  for (size_t i = 0; i < n; ++i) r += (i ? "," : "") + std::to_string(h[i] ? static_cast<long long>(h[i] - t0) : -1LL);
+  std::fill(h.begin(), h.end(), 0ull);
+  check_cuda(cudaMemcpyToSymbol(fs::g_fib_cta, h.data(), h.size() * 8), "cudaMemcpyToSymbol");
+  return tvm::ffi::String(r);
+}
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(prof_cta_read, prof_cta_read);
 #endif
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(sample, sample);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(sample_alloc, sample_alloc);

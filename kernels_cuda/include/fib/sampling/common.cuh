@@ -242,6 +242,16 @@ __device__ unsigned long long g_fib_prof[32];
     }                                                                    \
   } while (0)
 #define FIB_PROF(i) FIB_PROF_WHEN(blockIdx.y == 0 && cl_rank() == 0, i)
+// thread 0 of every CTA (rows < 1024, ranks < 8): event e (0..3) of CTA (row, rank)
+__device__ unsigned long long g_fib_cta[1024 * 8 * 4];
+#define FIB_PROF_CTA(e)                                                                  \
+  do {                                                                                   \
+    if (threadIdx.x == 0 && blockIdx.y < 1024) {                                         \
+      unsigned long long t_;                                                             \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                             \
+      g_fib_cta[(blockIdx.y * 8 + cl_rank()) * 4 + (e)] = t_;                            \
+    }                                                                                    \
+  } while (0)
 #define FIB_PROF_ADD(i, v) \
   do { if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) g_fib_prof[i] += (v); } while (0)
 #define FIB_PROF_IF(cond, i) \
@@ -256,6 +266,9 @@ __device__ unsigned long long g_fib_prof[32];
     }                                                                    \
   } while (0)
 #else
+#define FIB_PROF_CTA(e) \
+  do {                  \
+  } while (0)
 #define FIB_PROF_WHEN(cond, i) \
   do {                         \
   } while (0)
@@ -329,6 +342,40 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "r"(a), "r"(parity)
         : "memory");
   }
+}
+// 8 bytes global -> shared without a register (cp.async; the thread waits only at cp_async_wait_all)
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// rank 0's wait on an mbarrier that other CTAs of the cluster complete (st_async below): acquire at
+// cluster scope
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  const uint32_t a = smem_u32(bar);
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+  }
+}
+// the shared::cluster address of p in the CTA of rank `rank`
+__device__ __forceinline__ uint32_t cl_addr(const void* p, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(p)), "r"(rank));
+  return r;
+}
+// a store into another CTA's shared memory that completes its bytes on that CTA's mbarrier (no fence,
+// no cluster barrier: the receiver waits on the mbarrier's phase)
+__device__ __forceinline__ void st_async_u64(uint32_t addr, uint64_t v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::"r"(addr), "l"(v), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void st_async_u32(uint32_t addr, uint32_t v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(addr), "r"(v), "r"(bar)
+               : "memory");
 }
 __device__ __forceinline__ void tma_load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
   asm volatile(

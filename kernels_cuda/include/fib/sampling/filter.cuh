@@ -131,11 +131,12 @@ __device__ uint64_t seed_tau(float m, int k, bool logits, SelectSmem& sm) {
 
 // The tail after an exact top-k: G[0..nc0) = the row's top-k composites sorted descending; min-p,
 // top-p (top_k_first on the kept mass, or joint against the whole row's (cm, cs) partial), one
-// Philox draw (finish_sorted). Shared by the filter and split kernels: the same token.
+// Philox draw (finish_sorted; rnd: the row's kTagDraw random where the caller computed it early).
+// Shared by the filter, split and two-pass kernels: the same token.
 __device__ __forceinline__ void finish_topk(const Params& p, const uint64_t* G, int nc0, int row, bool logits,
                                             float T, float scale, bool use_m, float mp, bool use_p, float tp,
                                             bool joint, float cm, double cs, uint64_t* s_scratch,
-                                            uint64_t* s_tot) {
+                                            uint64_t* s_tot, const uint64_t* rnd = nullptr) {
   const float mval = key2f(static_cast<uint32_t>(G[0] >> 32));
   const WeightCtx wc = make_weight_ctx(mval, logits, scale);
   const int nc = (use_m && wc.kind != 3) ? min_p_keep(G, nc0, wc, logits, T, mp) : nc0;
@@ -148,7 +149,7 @@ __device__ __forceinline__ void finish_topk(const Params& p, const uint64_t* G, 
     if (joint_base == 0) joint_base = 1;
   }
   const bool use_p2 = use_p && wc.kind != 3 && (!joint || wc.kind <= 1);
-  finish_sorted(p, G, nc, wc, use_p2, tp, joint_base, joint, row, s_scratch, s_tot);
+  finish_sorted(p, G, nc, wc, use_p2, tp, joint_base, joint, row, s_scratch, s_tot, rnd);
 }
 
 template <int DT>

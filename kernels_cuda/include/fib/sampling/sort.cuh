@@ -194,5 +194,66 @@ __device__ __forceinline__ void sort_desc_top(uint64_t* G, int n, int kk, uint64
 }
 static_assert(kThreads >= 2 * kRankSortMax, "sort_desc_top: at least two lanes per entry");
 
+// The first kk (<= n) of G[0..n) (unique composites, n <= kRankSortMax) in descending order into
+// D[0..kk): each entry's rank counted by 2-8 adjacent lanes, as sort_desc_top_to. D may be another
+// CTA's shared memory (a pushed list). All threads; no barrier (G must be final; D is written when
+// it returns).
+__device__ __forceinline__ void rank_desc_into(const uint64_t* G, int n, int kk, uint64_t* D) {
+  const int lg = n <= 64 ? 3 : (n <= 128 ? 2 : 1);  // (block-uniform)
+  const int tpe = 1 << lg;
+  const int i = threadIdx.x >> lg, h = threadIdx.x & (tpe - 1);
+  const uint64_t v = i < n ? G[i] : 0ull;
+  int r = 0;
+  if (i < n) {
+#pragma unroll 4
+    for (int j = h; j < n; j += tpe) r += G[j] > v ? 1 : 0;
+  }
+  for (int d = 1; d < tpe; d <<= 1) r += __shfl_xor_sync(0xffffffffu, r, d);
+  if (h == 0 && i < n && r < kk) D[r] = v;
+}
+
+// The entries of the descending list L[0..n) above v (a binary search; n <= kRankSortMax).
+__device__ __forceinline__ int count_above(const uint64_t* L, int n, uint64_t v) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (L[mid] > v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Merges S descending lists of unique composites (rank 0's L0[0..n0), rank r's ring[(r - 1) * slot ..]
+// with rcnt[r] entries) into the first kk (<= their total) of their union in descending order,
+// G[0..kk): an entry at place i of its list lands at i plus the entries of the other lists above
+// it. All threads; no barrier. (Unrolled over kMaxCluster: the counts and offsets stay in registers.)
+__device__ __forceinline__ void merge_ranked(const uint64_t* L0, int n0, const uint64_t* ring, int slot,
+                                             const int* rcnt, int S, int kk, uint64_t* G) {
+  int cnt[kMaxCluster], off[kMaxCluster + 1];
+  off[0] = 0;
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) {
+    cnt[r] = r == 0 ? n0 : (r < S ? rcnt[r] : 0);
+    off[r + 1] = off[r] + cnt[r];
+  }
+  for (int g = threadIdx.x; g < off[kMaxCluster]; g += kThreads) {
+    int a = 0, base = 0;
+#pragma unroll
+    for (int r = 1; r < kMaxCluster; ++r) {  // (empty lists start where the next does)
+      if (g >= off[r]) {
+        a = r;
+        base = off[r];
+      }
+    }
+    const int i = g - base;
+    const uint64_t v = (a == 0 ? L0 : ring + (a - 1) * slot)[i];
+    int pos = i;
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r)
+      if (r < S && r != a) pos += count_above(r == 0 ? L0 : ring + (r - 1) * slot, cnt[r], v);
+    if (pos < kk) G[pos] = v;
+  }
+}
+
 }  // namespace sampling
 }  // namespace fib

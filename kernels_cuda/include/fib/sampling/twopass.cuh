@@ -243,6 +243,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   const int row = blockIdx.y;
   const uint32_t rank = cl_rank(), S = cl_size();
   FIB_PROF(0);
+  FIB_PROF_CTA(0);
 #ifdef FIB_SAMPLING_PROFILE
   if (blockIdx.y == 0 && threadIdx.x == 0 && rank == 0) g_fib_prof[11] = g_fib_prof[15] = g_fib_prof[16] = 0ull;
 #endif
@@ -282,6 +283,16 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   const RowFilters rf = row_filters(p, row, logits, T);
   const float tp = rf.tp, mp = rf.mp, scale = rf.scale;
   const bool use_p = rf.use_p, use_m = rf.use_m, joint = rf.joint;
+  // the row's kTagDraw random for rank 0's draw: the seed and offset come into shared memory while
+  // the pass streams (cp.async: no register waits for them) and thread 0 runs the Philox rounds once
+  // its pass ends (warp 0's ends first), so the draw does not wait for two global loads
+  __shared__ uint64_t s_so[2], s_rnd;
+  if (rank == 0 && tid == 0) {
+    if (p.seed_arr) cp_async8(&s_so[0], p.seed_arr + (p.seed_per_row ? row : 0));
+    else s_so[0] = static_cast<uint64_t>(p.seed_val);
+    if (p.offset_arr) cp_async8(&s_so[1], p.offset_arr + (p.offset_per_row ? row : 0));
+    else s_so[1] = static_cast<uint64_t>(p.offset_val);
+  }
 
   unsigned char* ring = dsm;  // (the merge: the other ranks' sets land here in rank 0)
   uint64_t* buf = reinterpret_cast<uint64_t*>(dsm + kFilterRingBytes);
@@ -323,6 +334,19 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     for (int j = 0; j < kBins / kThreads; ++j) hist[j * kThreads + tid] = 0u;
   }
   if (tid == 0) s_cnt = 0;
+  // rows with k <= kRankSortMax (ranked below): the other ranks send their ordered top k (Pk entries,
+  // zero-padded, and a 16-byte header) with st.async into rank 0, whose mbarrier counts the bytes
+  int Pk = 32;
+  while (Pk < k) Pk <<= 1;
+  const bool push = static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
+  const int slot = S > 1 ? (kFilterRingBytes / 8) / static_cast<int>(S - 1) : 0;
+  const bool ranked = k <= kRankSortMax && (S == 1 || push);
+  __shared__ __align__(8) uint64_t s_mb;
+  if (S > 1 && ranked && rank == 0 && tid == 0) {
+    mbar_init(&s_mb, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_expect_tx(&s_mb, static_cast<uint32_t>(S - 1) * static_cast<uint32_t>(8 * Pk + 16));
+  }
   __syncthreads();
   // the other ranks write into rank 0's shared memory only after it has started: this arrive, the
   // wait before the merge (an arrive that publishes nothing: relaxed, no wait for the loads in flight)
@@ -501,6 +525,11 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     }, no_end);
   }
   FIB_PROF(1);
+  FIB_PROF_CTA(1);
+  if (rank == 0 && tid == 0) {
+    cp_async_wait_all();
+    s_rnd = row_random64(s_so[0], s_so[1], static_cast<uint32_t>(row));
+  }
 
   // ---- the candidates: every token of the slice at or above the bound
   if (seeded && !spec) {
@@ -624,15 +653,16 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     __syncthreads();
   }
   FIB_PROF(3);
+  FIB_PROF_CTA(2);
 
-  int Pk = 32;
-  while (Pk < k) Pk <<= 1;
   const int direct = max(Pk, kFilterSortDirect);
   // (from here on the filter kernel's merge and tail)
-  const bool push = static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
-  const int slot = S > 1 ? (kFilterRingBytes / 8) / static_cast<int>(S - 1) : 0;
   // (speculating rows with k <= kTpSeedMaxK hold ~k r / m entries, several Pk: cut here, in every rank)
-  const int keep_max = (spec && seeded) ? direct : (S > 1 && push) ? min(slot, kFilterCap - kFilterMaxK) : direct;
+  // rows with k <= kRankSortMax: each rank ranks its set (at most kRankSortMax, cut below) into its
+  // top k in order, sent straight into its slot of rank 0, which merges the S ordered lists (ranked
+  // below); no select or sort over the merged set
+  const int keep_max = ranked ? kRankSortMax
+                       : (spec && seeded) ? direct : (S > 1 && push) ? min(slot, kFilterCap - kFilterMaxK) : direct;
   {
     const int cnt = s_cnt;
     if (cnt > keep_max) {
@@ -658,6 +688,66 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   float cm = s_cm;
   double cs = s_cs;
   uint64_t* ring64 = reinterpret_cast<uint64_t*>(ring);
+  if (ranked) {  // (block-uniform, the same in every rank)
+    // this CTA's top kk in descending order: rank 0 (or a row of one CTA) into L0 past its set; rank
+    // r > 0 sends it with st.async into slot r - 1 of rank 0's push area (its Pk entries zero-padded,
+    // then its count and joint partial: 8 Pk + 16 bytes on rank 0's mbarrier, no cluster barrier, so
+    // no GPU-scope fence on either side). Rank 0 places each entry at its place in its list plus the
+    // entries of the other lists above it (binary searches): the merged top k in order, as the
+    // select and sort of the merged set gave them (the same token)
+    const int kk = min(nc0, k);
+    uint64_t* L0 = buf + kRankSortMax;  // (nc0 <= kRankSortMax)
+    if (S > 1) cl_wait();  // (the entry's arrive: every CTA of the cluster has started)
+    FIB_PROF(5);
+    if (S > 1 && rank != 0) {
+      const uint32_t bar = cl_addr(&s_mb, 0u);
+      const uint32_t dst = cl_addr(ring64 + static_cast<int>(rank - 1) * slot, 0u);
+      const int lg = nc0 <= 64 ? 3 : (nc0 <= 128 ? 2 : 1);  // (rank_desc_into's split)
+      const int i = tid >> lg, h = tid & ((1 << lg) - 1);
+      const uint64_t v = i < nc0 ? buf[i] : 0ull;
+      int r = 0;
+      if (i < nc0) {
+#pragma unroll 4
+        for (int j = h; j < nc0; j += 1 << lg) r += buf[j] > v ? 1 : 0;
+      }
+      for (int d = 1; d < (1 << lg); d <<= 1) r += __shfl_xor_sync(0xffffffffu, r, d);
+      if (h == 0 && i < nc0 && r < kk) st_async_u64(dst + 8u * static_cast<uint32_t>(r), v, bar);
+      for (int j = kk + tid; j < Pk; j += kThreads) st_async_u64(dst + 8u * static_cast<uint32_t>(j), 0ull, bar);
+      if (tid == 0) {
+        st_async_u32(cl_addr(&s_rcnt[rank], 0u), static_cast<uint32_t>(kk), bar);
+        st_async_u32(cl_addr(&s_rcm[rank], 0u), __float_as_uint(cm), bar);
+        st_async_u64(cl_addr(&s_rcs[rank], 0u), static_cast<uint64_t>(__double_as_longlong(cs)), bar);
+      }
+      FIB_PROF_CTA(3);
+      return;
+    }
+    rank_desc_into(buf, nc0, kk, L0);
+    if (S > 1) {
+      if (tid == 0) {
+        s_rcm[0] = cm;
+        s_rcs[0] = cs;
+      }
+      mbar_wait_cluster(&s_mb, 0u);  // the other ranks' lists, counts and partials are in
+      __syncthreads();  // (and this CTA's L0)
+      G = L0 + kRankSortMax;
+      int total = kk;
+      for (int r = 1; r < static_cast<int>(S); ++r) total += s_rcnt[r];
+      nc0 = min(total, k);
+      merge_ranked(L0, kk, ring64, slot, s_rcnt, static_cast<int>(S), nc0, G);
+      if (joint) cs = combine_partials(s_rcm, s_rcs, static_cast<int>(S), logits, scale, &cm);
+      __syncthreads();
+    } else {
+      __syncthreads();
+      G = L0;
+      nc0 = kk;
+    }
+    FIB_PROF(6);
+    FIB_PROF(7);
+    finish_topk(p, G, nc0, row, logits, T, scale, use_m, mp, use_p, tp, joint, cm, cs, s_scratch, &s_tot, &s_rnd);
+    FIB_PROF(8);
+    FIB_PROF_CTA(3);
+    return;
+  }
   if (S > 1) {
     cl_wait();  // (the entry's arrive: every CTA of the cluster has started)
     FIB_PROF(5);
@@ -762,7 +852,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   sort_desc_top(G, nc0, min(nc0, k), G + kRankSortMax);
   nc0 = min(nc0, k);
   FIB_PROF(7);
-  finish_topk(p, G, nc0, row, logits, T, scale, use_m, mp, use_p, tp, joint, cm, cs, s_scratch, &s_tot);
+  finish_topk(p, G, nc0, row, logits, T, scale, use_m, mp, use_p, tp, joint, cm, cs, s_scratch, &s_tot, &s_rnd);
   FIB_PROF(8);
   if (S > 1 && !push) cl_wait();
 #else
