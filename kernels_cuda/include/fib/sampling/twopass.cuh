@@ -32,12 +32,21 @@
 //     181.1 -> 132.4.
 //     (The large-k instantiation, LK below: these rows bound the slice from a sample before the
 //     pass and append in it, "speculative candidates" below.)
-//  3. The merge and the tail are the filter kernel's: each set cut to at most Pk when it does not
-//     fit its place, written into a fixed slot of rank 0 over DSMEM, selected and sorted there,
-//     then min-p, exact top-p on integer prefix sums in either order, one Philox draw: the same
-//     token as the filter, streaming and cluster kernels for the same inputs, seed and offset.
-//     (The large-k instantiation: top_k_first rows with k > rej_min_k take the cluster kernel's
-//     rejection rounds on the unsorted top k, reject_tail.cuh, and its token.)
+//  3. Rows with k <= kRankSortMax (256; the default instantiation): each rank ranks its set (cut to
+//     at most 256 first) into its top k in order; rank r > 0 sends that list with st.async into a
+//     fixed slot of rank 0, completing its bytes on rank 0's mbarrier, and rank 0 places every
+//     entry at its place in its list plus the entries of the other lists above it (binary
+//     searches): the merged top k in order, with no select and no sort over the merged set, and no
+//     cluster barrier (a cluster barrier's release is a GPU-scope fence, MEMBAR.ALL.GPU, which
+//     under the other CTAs' streams cost ~2.5 us at B=64; docs/sampling-journal.md, "The two-pass
+//     merge without a cluster barrier"). The draw's Philox random is computed after the pass from
+//     the seed and offset fetched by cp.async at the start. Larger k: the filter kernel's merge,
+//     each set cut to at most Pk when it does not fit its place, written into a fixed slot of rank
+//     0 over DSMEM (one cluster barrier), selected and sorted there. Both then run the filter
+//     kernel's tail: min-p, exact top-p on integer prefix sums in either order, one Philox draw:
+//     the same token as the filter, streaming and cluster kernels for the same inputs, seed and
+//     offset. (The large-k instantiation: top_k_first rows with k > rej_min_k take the cluster
+//     kernel's rejection rounds on the unsorted top k, reject_tail.cuh, and its token.)
 // Two instantiations per dtype and occupancy: the default one, and the large-k one (LK) that the
 // host launches where it knows every row's k exceeds kTpSeedMaxK (a scalar top_k, or the caller's
 // min_top_k hint). The large-k paths compiled into the default kernel cost its k <= 128 rows
@@ -283,11 +292,20 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   const RowFilters rf = row_filters(p, row, logits, T);
   const float tp = rf.tp, mp = rf.mp, scale = rf.scale;
   const bool use_p = rf.use_p, use_m = rf.use_m, joint = rf.joint;
-  // the row's kTagDraw random for rank 0's draw: the seed and offset come into shared memory while
-  // the pass streams (cp.async: no register waits for them) and thread 0 runs the Philox rounds once
-  // its pass ends (warp 0's ends first), so the draw does not wait for two global loads
+  // rows with k <= kRankSortMax (ranked below; not in the large-k instantiation, whose rows with k >
+  // 1024 draw in reject_tail: the added code cost its kernel for two CTAs per SM spills and k=2048
+  // rows 5-7% at B >= 256): the other ranks send their ordered top k (Pk entries, zero-padded, and
+  // a 16-byte header) with st.async into rank 0, whose mbarrier counts the bytes
+  int Pk = 32;
+  while (Pk < k) Pk <<= 1;
+  const bool push = static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
+  const int slot = S > 1 ? (kFilterRingBytes / 8) / static_cast<int>(S - 1) : 0;
+  const bool ranked = !LK && k <= kRankSortMax && (S == 1 || push);
+  // their kTagDraw random for rank 0's draw: the seed and offset come into shared memory while the
+  // pass streams (cp.async: no register waits for them) and thread 0 runs the Philox rounds once its
+  // pass ends (warp 0's ends first), so the draw does not wait for two global loads
   __shared__ uint64_t s_so[2], s_rnd;
-  if (rank == 0 && tid == 0) {
+  if (ranked && rank == 0 && tid == 0) {
     if (p.seed_arr) cp_async8(&s_so[0], p.seed_arr + (p.seed_per_row ? row : 0));
     else s_so[0] = static_cast<uint64_t>(p.seed_val);
     if (p.offset_arr) cp_async8(&s_so[1], p.offset_arr + (p.offset_per_row ? row : 0));
@@ -334,14 +352,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     for (int j = 0; j < kBins / kThreads; ++j) hist[j * kThreads + tid] = 0u;
   }
   if (tid == 0) s_cnt = 0;
-  // rows with k <= kRankSortMax (ranked below): the other ranks send their ordered top k (Pk entries,
-  // zero-padded, and a 16-byte header) with st.async into rank 0, whose mbarrier counts the bytes
-  int Pk = 32;
-  while (Pk < k) Pk <<= 1;
-  const bool push = static_cast<int>(S - 1) * k <= kFilterRingBytes / 8;
-  const int slot = S > 1 ? (kFilterRingBytes / 8) / static_cast<int>(S - 1) : 0;
-  const bool ranked = k <= kRankSortMax && (S == 1 || push);
-  __shared__ __align__(8) uint64_t s_mb;
+  __shared__ __align__(8) uint64_t s_mb;  // (ranked rows of S > 1: rank 0's receive mbarrier)
   if (S > 1 && ranked && rank == 0 && tid == 0) {
     mbar_init(&s_mb, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -526,7 +537,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   }
   FIB_PROF(1);
   FIB_PROF_CTA(1);
-  if (rank == 0 && tid == 0) {
+  if (ranked && rank == 0 && tid == 0) {
     cp_async_wait_all();
     s_rnd = row_random64(s_so[0], s_so[1], static_cast<uint32_t>(row));
   }
@@ -688,7 +699,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   float cm = s_cm;
   double cs = s_cs;
   uint64_t* ring64 = reinterpret_cast<uint64_t*>(ring);
-  if (ranked) {  // (block-uniform, the same in every rank)
+  if (!LK && ranked) {  // (block-uniform, the same in every rank; LK: compiled out)
     // this CTA's top kk in descending order: rank 0 (or a row of one CTA) into L0 past its set; rank
     // r > 0 sends it with st.async into slot r - 1 of rank 0's push area (its Pk entries zero-padded,
     // then its count and joint partial: 8 Pk + 16 bytes on rank 0's mbarrier, no cluster barrier, so
@@ -852,7 +863,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   sort_desc_top(G, nc0, min(nc0, k), G + kRankSortMax);
   nc0 = min(nc0, k);
   FIB_PROF(7);
-  finish_topk(p, G, nc0, row, logits, T, scale, use_m, mp, use_p, tp, joint, cm, cs, s_scratch, &s_tot, &s_rnd);
+  finish_topk(p, G, nc0, row, logits, T, scale, use_m, mp, use_p, tp, joint, cm, cs, s_scratch, &s_tot);
   FIB_PROF(8);
   if (S > 1 && !push) cl_wait();
 #else
