@@ -156,21 +156,30 @@ __device__ __forceinline__ void bitonic_sort_desc(uint64_t* G, int P) {
 // RankSmall: sets of at most 64 are ranked too (8 lanes per entry; the cluster kernel: one
 // barrier instead of warp 0's 21-step shuffle network while the other 15 warps wait).
 constexpr int kRankSortMax = 256;
+// The ranking behind sort_desc_top_to and the two-pass merge: entry i of G[0..n) (unique
+// composites) gets its rank r (the entries above it), counted by 2^lg adjacent lanes (a strided
+// share each, summed by shuffles; lg block-uniform, n << lg <= kThreads); put(r, v) for every entry
+// with r < kk (kk distinct ranks). All threads; no barrier.
+template <class Put>
+__device__ __forceinline__ void rank_desc_each(const uint64_t* G, int n, int kk, int lg, Put&& put) {
+  const int tpe = 1 << lg;
+  const int i = threadIdx.x >> lg, h = threadIdx.x & (tpe - 1);
+  const uint64_t v = i < n ? G[i] : 0ull;
+  int r = 0;
+  if (i < n) {
+#pragma unroll 4
+    for (int j = h; j < n; j += tpe) r += G[j] > v ? 1 : 0;
+  }
+  for (int d = 1; d < tpe; d <<= 1) r += __shfl_xor_sync(0xffffffffu, r, d);
+  if (h == 0 && i < n && r < kk) put(r, v);
+}
+// rank_desc_each's lanes per entry for a set of n <= kRankSortMax: kThreads / 64, / 128 or / 256
+__device__ __forceinline__ int rank_lg(int n) { return n <= 64 ? 3 : (n <= 128 ? 2 : 1); }
+
 template <bool RankSmall = false>
 __device__ __forceinline__ bool sort_desc_top_to(uint64_t* G, int n, int kk, uint64_t* D) {
   if ((n > 64 || (RankSmall && n > 0)) && n <= kRankSortMax) {  // (block-uniform)
-    // log2 of the lanes per entry: kThreads / 64, / 128 or / 256
-    const int lg = (RankSmall && n <= 64) ? 3 : (n <= 128 ? 2 : 1);
-    const int tpe = 1 << lg;
-    const int i = threadIdx.x >> lg, h = threadIdx.x & (tpe - 1);
-    const uint64_t v = i < n ? G[i] : 0ull;
-    int r = 0;
-    if (i < n) {
-#pragma unroll 4
-      for (int j = h; j < n; j += tpe) r += G[j] > v ? 1 : 0;
-    }
-    for (int d = 1; d < tpe; d <<= 1) r += __shfl_xor_sync(0xffffffffu, r, d);
-    if (h == 0 && i < n && r < kk) D[r] = v;
+    rank_desc_each(G, n, kk, rank_lg(n), [&](int r, uint64_t v) { D[r] = v; });
     __syncthreads();
     return true;
   }
@@ -193,24 +202,6 @@ __device__ __forceinline__ void sort_desc_top(uint64_t* G, int n, int kk, uint64
   }
 }
 static_assert(kThreads >= 2 * kRankSortMax, "sort_desc_top: at least two lanes per entry");
-
-// The first kk (<= n) of G[0..n) (unique composites, n <= kRankSortMax) in descending order into
-// D[0..kk): each entry's rank counted by 2-8 adjacent lanes, as sort_desc_top_to. D may be another
-// CTA's shared memory (a pushed list). All threads; no barrier (G must be final; D is written when
-// it returns).
-__device__ __forceinline__ void rank_desc_into(const uint64_t* G, int n, int kk, uint64_t* D) {
-  const int lg = n <= 64 ? 3 : (n <= 128 ? 2 : 1);  // (block-uniform)
-  const int tpe = 1 << lg;
-  const int i = threadIdx.x >> lg, h = threadIdx.x & (tpe - 1);
-  const uint64_t v = i < n ? G[i] : 0ull;
-  int r = 0;
-  if (i < n) {
-#pragma unroll 4
-    for (int j = h; j < n; j += tpe) r += G[j] > v ? 1 : 0;
-  }
-  for (int d = 1; d < tpe; d <<= 1) r += __shfl_xor_sync(0xffffffffu, r, d);
-  if (h == 0 && i < n && r < kk) D[r] = v;
-}
 
 // The entries of the descending list L[0..n) above v (a binary search; n <= kRankSortMax).
 __device__ __forceinline__ int count_above(const uint64_t* L, int n, uint64_t v) {

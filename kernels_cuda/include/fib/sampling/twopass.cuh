@@ -713,7 +713,9 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     if (S > 1 && rank != 0) {
       const uint32_t bar = cl_addr(&s_mb, 0u);
       const uint32_t dst = cl_addr(ring64 + static_cast<int>(rank - 1) * slot, 0u);
-      const int lg = nc0 <= 64 ? 3 : (nc0 <= 128 ? 2 : 1);  // (rank_desc_into's split)
+      // (rank_desc_each's ranking, written out with int lanes: through rank_desc_each ptxas allocates
+      // the fp32 kernel for one CTA per SM differently, 3.7K SASS lines, not yet timed on the GPU)
+      const int lg = rank_lg(nc0);
       const int i = tid >> lg, h = tid & ((1 << lg) - 1);
       const uint64_t v = i < nc0 ? buf[i] : 0ull;
       int r = 0;
@@ -732,13 +734,13 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
       FIB_PROF_CTA(3);
       return;
     }
-    rank_desc_into(buf, nc0, kk, L0);
+    rank_desc_each(buf, nc0, kk, rank_lg(nc0), [&](int r, uint64_t v) { L0[r] = v; });
     if (S > 1) {
       if (tid == 0) {
         s_rcm[0] = cm;
         s_rcs[0] = cs;
       }
-      mbar_wait_cluster(&s_mb, 0u);  // the other ranks' lists, counts and partials are in
+      mbar_wait<true>(&s_mb, 0u);  // the other ranks' lists, counts and partials are in
       __syncthreads();  // (and this CTA's L0)
       G = L0 + kRankSortMax;
       int total = kk;
