@@ -125,6 +125,66 @@ def test_cluster_listing_summary_same_tokens(src, V):
         S._CLUSTER = old
 
 
+@pytest.mark.parametrize("src", ["probs", "logits"])
+@pytest.mark.parametrize("k", [1, 50, 129, 256])
+def test_cluster_push_exchange_same_tokens(src, k):
+    """The cluster kernel's top-k instantiation (fp32) on rows of 2-8 CTAs with k <= 256 exchanges
+    delegates and candidate lists by st.async instead of cluster barriers (sampler.cuh, XP): every
+    rank adds the others' delegates to its histogram and selects the bound alone, lists its
+    candidates, puts its top k in order (ranked by counting up to 256 candidates, the bitonic network
+    for 257-2048) and sends them to rank 0, which merges the lists; a rank with more than 2048
+    candidates sends -1, and rank 0's verdict then sends the whole cluster to the radix path. Rows
+    built for each case, with V = 32000 (2 CTAs: 16000 tokens each, 8 CTAs: 4000): 600 tokens tied at
+    the top spread over the row (~600 / S candidates per rank: the bitonic network at S <= 2, ranked
+    above), 3000 tied at the row's end (the last rank alone overflows) and at its start (rank 0 alone
+    overflows), 2100 near-equal ones spread (257-1050 per rank), a constant row (every rank
+    overflows), an ascending row, a flat row, fewer than k positive probs / finite logits (no bound:
+    the radix path without a list exchange), NaN entries and a +inf. The tokens must equal the
+    streaming kernel's at 2, 3, 5, 6, 7 and 8 CTAs per row, in both orders, with min-p on and off."""
+    B, V = 12, 32000
+    gen = torch.Generator(device=DEV).manual_seed(101 + k + (src == "logits"))
+    lg = torch.randn(B, V, generator=gen, device=DEV) * 3
+    lg[1] = 0.1 * torch.randn(V, generator=gen, device=DEV)
+    lg[1, torch.randperm(V, generator=gen, device=DEV)[:600]] = 4.0
+    lg[2, V - 3000:] = 5.0
+    lg[3, :3000] = 5.0
+    lg[4] = 0.1 * torch.randn(V, generator=gen, device=DEV)
+    lg[4, torch.randperm(V, generator=gen, device=DEV)[:2100]] = 4.0 + 1e-4 * torch.rand(2100, generator=gen, device=DEV)
+    lg[5] = 0.5  # constant
+    lg[6] = torch.sort(lg[6]).values
+    lg[7] = 0.05 * torch.randn(V, generator=gen, device=DEV)  # flat
+    lg[8] = -float("inf")
+    lg[8, torch.randperm(V, generator=gen, device=DEV)[: max(1, k // 2)]] = 1.0
+    lg[9, torch.randperm(V, generator=gen, device=DEV)[:700]] = float("nan")
+    lg[10, 777] = float("inf")
+    lg[11, ::1001] += 8.0
+    if src == "logits":
+        x = lg
+        xf = torch.nan_to_num(x, nan=-float("inf"))
+    else:
+        x = torch.softmax(torch.nan_to_num(lg, nan=-float("inf"), posinf=30.0), dim=1)
+        x[9, torch.randperm(V, generator=gen, device=DEV)[:700]] = float("nan")
+        x[10, 777] = float("inf")
+        xf = torch.nan_to_num(x, nan=-1.0)
+    flags = S._LOGITS if src == "logits" else S._SAMPLE
+    old = S._CLUSTER
+    try:
+        for order in ("top_k_first", "joint"):
+            for mp in (None, 0.02):
+                fl = flags | (S._JOINT if order == "joint" else 0)
+                fn = lambda: S._call(x, fl, top_k=k, top_p=0.9, min_p=mp, seed=13, offset=5)
+                S._CLUSTER = -1
+                ref = fn()
+                larger = (xf > xf.gather(1, ref[:, None])).sum(1)
+                assert bool((larger < k).all()), (order, mp)
+                for cl in (2, 3, 5, 6, 7, 8):
+                    S._CLUSTER = cl
+                    got = fn()
+                    assert torch.equal(got, ref), (order, mp, cl, (got != ref).nonzero().flatten().tolist())
+    finally:
+        S._CLUSTER = old
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("src", ["logits", "probs"])
 @pytest.mark.parametrize("order", ["top_k_first", "joint"])

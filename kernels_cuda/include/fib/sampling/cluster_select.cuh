@@ -118,7 +118,8 @@ __device__ __forceinline__ uint64_t warp_incl_suffix_u64(uint64_t v, int lane) {
 // CTAs: finds bin b with above(b) < target <= above(b) + v(b), above(b) = sum of bins > b.
 // Writes *sh_b (-1 when none), *sh_above, *sh_v; returns the cluster total. Called by all threads.
 // csum_all: the S coarse tables already pushed into this CTA (rank-major), read locally.
-template <class T>
+// LOCAL: buf and csum hold the histogram summed over the cluster already (S unused): local reads only.
+template <class T, bool LOCAL = false>
 __device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint32_t S, uint64_t target, int* sh_b,
                                                    uint64_t* sh_above, uint64_t* sh_v, uint64_t* scratch,
                                                    int* sh_grp, uint64_t* sh_gabove,
@@ -130,7 +131,9 @@ __device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint3
   }
   uint64_t g = 0, suf = 0;
   if (tid < kGroups) {
-    if (csum_all) {  // pushed: local reads
+    if constexpr (LOCAL) {
+      g = csum[tid];
+    } else if (csum_all) {  // pushed: local reads
       g = sum_ranks(S, [&](uint32_t r) { return csum_all[r * kGroups + tid]; });
     } else {
       g = sum_ranks(S, [&](uint32_t r) { return cl_remote(csum, r)[tid]; });
@@ -151,7 +154,9 @@ __device__ __forceinline__ uint64_t cluster_select(T* buf, uint64_t* csum, uint3
   const int grp = *sh_grp;
   if (grp >= 0 && tid < 32) {
     const int bin = grp * 32 + lane;
-    const uint64_t v = sum_ranks(S, [&](uint32_t r) { return hist_at(cl_remote(buf, r), bin); });
+    uint64_t v;
+    if constexpr (LOCAL) v = hist_at(buf, bin);
+    else v = sum_ranks(S, [&](uint32_t r) { return hist_at(cl_remote(buf, r), bin); });
     const uint64_t sx = warp_incl_suffix_u64(v, lane);
     const uint64_t above = *sh_gabove + sx - v;
     if (v > 0 && above < target && target <= above + v) {

@@ -39,6 +39,10 @@ struct DevInfo {
   // 0: never). H100 (benchmarks/results/sampling_gather_h100.json): k=2048 top-k+top-p B=1 / 16 / 64
   // V=32000 21.9 / 22.5 / 31.8 -> 20.6 / 20.7 / 24.3 us, B=16 V=151936 39.3 -> 29.2, the same tokens
   int gather_cap = fs::kGatherCap;
+  // FIB_SAMPLING_CLUSTER_PUSH_MAX_S: the cluster kernel's top-k instantiation exchanges delegates and
+  // ranked candidate lists by st.async (no cluster barrier) in clusters of 2..this many CTAs (rows
+  // with k <= kRankSortMax; 0 or 1: never)
+  int push_max_s = fs::kMaxCluster;
   // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size (from half of it
   // for rows of at most 320 KB) runs the one-pass plain kernel (plain.cuh)
   int plain_min_b = 128;
@@ -171,6 +175,7 @@ const DevInfo& dev_info(int dev) {
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_JOINT_MIN_K")) d.rej_joint_min_k = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_GATHER_CAP")) d.gather_cap = std::atoi(e);
     if (d.gather_cap > fs::kGatherCap) d.gather_cap = fs::kGatherCap;
+    if (const char* e = std::getenv("FIB_SAMPLING_CLUSTER_PUSH_MAX_S")) d.push_max_s = std::atoi(e);
     prepare_kernel<fs::kF32>(d);
     prepare_kernel<fs::kBF16>(d);
     prepare_kernel<fs::kF16>(d);

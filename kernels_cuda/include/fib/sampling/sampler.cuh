@@ -99,6 +99,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   const char* in_row = reinterpret_cast<const char*>(p.in) + (static_cast<int64_t>(row) * p.in_stride + start) * ESIZE;
 
   FIB_PROF(0);
+  if constexpr (SUMM && !GATHER) FIB_PROF_CTA(0);
   constexpr int VEC = 16 / ESIZE;
   const bool vec_ok = (reinterpret_cast<uintptr_t>(in_row) & 15) == 0;
   const int nv = vec_ok ? n / VEC : 0;
@@ -110,9 +111,22 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   // per-row parameters below are global loads, and the entry's cluster arrive used to wait for them
   // (a release arrive is a GPU-scope memory barrier) before the first byte was requested.
   bool tma = false;
+  // XP (the top-k instantiation): rows of 2..p.push_max_s CTAs with k <= kRankSortMax exchange their
+  // delegates and candidate lists with st.async on these mbarriers instead of cluster barriers (each
+  // barrier.cluster.arrive.release is a MEMBAR.ALL.GPU, ~2.5 us while the other CTAs stream): [0] the
+  // other ranks' delegates, [1] rank 0: the other ranks' lists; rank r > 0: rank 0's verdict
+  constexpr bool XP = SUMM && !GATHER;
 #if FIB_HAS_CLUSTER
   __shared__ uint64_t sh_lbar;
+  __shared__ __align__(8) uint64_t sh_xbar[2];
   if constexpr (DT == kF32) tma = resident && nv > 0;
+  if constexpr (XP) {
+    if (tid == 0 && S > 1) {  // (any row's: which rows exchange is known after the parameters' loads)
+      mbar_init(&sh_xbar[0], 1);
+      mbar_init(&sh_xbar[1], 1);
+      if (!tma) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // (else the TMA's below)
+    }
+  }
   if (tma && tid == 0) {
     mbar_init(&sh_lbar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -152,6 +166,17 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   const bool use_p = tp < 1.0f;  // NaN -> no filter
   const bool use_m = mp > 0.0f;
   mp = fminf(mp, 1.0f);
+  // XP rows: sampling with 0 < k <= kRankSortMax (the ranked lists, k entries a slot, fit sh_pcsum), k
+  // within both rejection thresholds (so neither 1r. nor the closed candidate paths: 2a. takes the row
+  // whenever its bound L is found). Row-uniform.
+  bool xp = false;
+  if constexpr (XP) {
+#if FIB_HAS_CLUSTER
+    xp = S > 1 && static_cast<int>(S) <= p.push_max_s && p.mode == kSample && use_k && k <= kRankSortMax &&
+         static_cast<int>(S - 1) * k <= kMaxCluster * kGroups && (p.rej_min_k <= 0 || k <= p.rej_min_k) &&
+         (!p.joint || !use_p || p.rej_joint_min_k <= 0 || k <= p.rej_joint_min_k);
+#endif
+  }
 
 #ifdef FIB_SAMPLING_PROFILE
   if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0)
@@ -256,17 +281,50 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   }
   __syncthreads();
   FIB_PROF(27);
-  if (use_k) build_coarse(cnt0, sh_csum[0]);
-  FIB_PROF(1);
-  cl_wait();  // every rank has started (pairs with the arrive at entry)
-  __syncthreads();  // (the coarse sums)
-  if (tid < static_cast<int>(S)) *cl_remote(&sh_pmax[rank], tid) = sh_max;
-  if (use_k && tid < static_cast<int>(S) * kGroups)
-    *cl_remote(&sh_pcsum[rank * kGroups + tid % kGroups], tid / kGroups) = sh_csum[0][tid % kGroups];
-  cl_sync();  // (A) keys, delegate histograms, pushed maxima and coarse sums visible cluster-wide
-  FIB_PROF(2);
   uint32_t maxkey = 0;
-  {
+  if (xp) {
+#if FIB_HAS_CLUSTER
+    // every rank sends its kThreads delegates to every other rank (16 bytes per 4 lanes) into the
+    // candidate list's room of buffer 1 (idle until 2a.), slot = the sender's rank; each rank adds
+    // them to its delegate histogram, which then holds the cluster's: the select below is local, and
+    // no rank reads another's shared memory before its list is sent
+    FIB_PROF(1);
+    cl_wait();  // every rank has started: its mbarriers are initialised (pairs with the arrive at entry)
+    uint32_t* const xdk = reinterpret_cast<uint32_t*>(hbuf(1));
+    if (tid == 0) mbar_expect_tx(&sh_xbar[0], (S - 1u) * static_cast<uint32_t>(kThreads) * 4u);
+    {
+      const uint32_t d1 = __shfl_down_sync(0xffffffffu, dkey, 1), d2 = __shfl_down_sync(0xffffffffu, dkey, 2);
+      const uint32_t d3 = __shfl_down_sync(0xffffffffu, dkey, 3);
+      if ((lane & 3) == 0)
+        for (uint32_t q = 0; q < S; ++q)
+          if (q != rank) st_async_v4(cl_addr(xdk + rank * kThreads + tid, q), dkey, d1, d2, d3, cl_addr(&sh_xbar[0], q));
+    }
+    mbar_wait<true>(&sh_xbar[0], 0u);
+    FIB_PROF_CTA(1);
+    uint32_t m = 0;
+    for (uint32_t q = 0; q < S; ++q) {
+      const uint32_t kq = q == rank ? 0u : xdk[q * kThreads + tid];
+      m = max(m, kq);
+      if (kq) atomicAdd(&cnt0[logits ? logit_bin(kq) : static_cast<int>(kq >> 21)], 1u);
+    }
+    m = __reduce_max_sync(0xffffffffu, m);
+    if (lane == 0) atomicMax(&sh_max, m);
+    __syncthreads();
+    build_coarse(cnt0, sh_csum[0]);
+    __syncthreads();  // (the coarse sums, sh_max)
+    maxkey = sh_max;
+    FIB_PROF(2);
+#endif
+  } else {
+    if (use_k) build_coarse(cnt0, sh_csum[0]);
+    FIB_PROF(1);
+    cl_wait();  // every rank has started (pairs with the arrive at entry)
+    __syncthreads();  // (the coarse sums)
+    if (tid < static_cast<int>(S)) *cl_remote(&sh_pmax[rank], tid) = sh_max;
+    if (use_k && tid < static_cast<int>(S) * kGroups)
+      *cl_remote(&sh_pcsum[rank * kGroups + tid % kGroups], tid / kGroups) = sh_csum[0][tid % kGroups];
+    cl_sync();  // (A) keys, delegate histograms, pushed maxima and coarse sums visible cluster-wide
+    FIB_PROF(2);
     uint32_t t[kMaxCluster];  // (all loads before the first max: see sum_ranks)
 #pragma unroll
     for (uint32_t r = 0; r < static_cast<uint32_t>(kMaxCluster); ++r) t[r] = sh_pmax[r < S ? r : 0u];
@@ -333,8 +391,12 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 
   // ---- 2. top-k
   if (use_k) {
-    cluster_select(cnt0, sh_csum[0], S, static_cast<uint64_t>(k), &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp,
-                   &sh_gabove, sh_pcsum);
+    if (xp)  // (the delegate histogram is the cluster's already)
+      cluster_select<uint32_t, true>(cnt0, sh_csum[0], 1u, static_cast<uint64_t>(k), &sh_b, &sh_above, &sh_v,
+                                     sh_scratch, &sh_grp, &sh_gabove);
+    else
+      cluster_select(cnt0, sh_csum[0], S, static_cast<uint64_t>(k), &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp,
+                     &sh_gabove, sh_pcsum);
     const uint32_t L = sh_b < 0 ? 0u : (SUMM && logits) ? logit_bin_floor(sh_b) : (static_cast<uint32_t>(sh_b) << 21);
     FIB_PROF(3);
     // ---- 2a. direct candidates: when at most 2048 tokens of the row lie at or above L (the usual
@@ -418,43 +480,119 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         if (lane == 0) sh_wsum[wid] = wall;
       }
       __syncthreads();
-      if (tid == 0) {
-        uint64_t w = 0;
-        if (need_all)
-          for (int q = 0; q < kWarps; ++q) w += sh_wsum[q];
-        for (uint32_t r = 0; r < S; ++r) {  // (every rank decides on the total)
-          *cl_remote(&sh_pcnt[rank], r) = static_cast<uint64_t>(sh_cnt);
-          *cl_remote(&sh_pw[rank], r) = w;
+      // XP rows: each rank puts its own list in order (when it holds at most kCand; go on below);
+      // the others: rank 0 gathers every rank's list after one cluster barrier (at most kCand in
+      // all; else the radix path below) and puts that in order
+      uint64_t wall_tot = 0;
+      bool go = true;  // (block-uniform) false: the radix path below
+      [[maybe_unused]] int cx = 0;
+      if (xp) {
+        FIB_PROF_CTA(2);
+        cx = sh_cnt;
+        if (need_all)  // (this rank's; summed on rank 0)
+          for (int q = 0; q < kWarps; ++q) wall_tot += sh_wsum[q];
+      } else {
+        if (tid == 0) {
+          uint64_t w = 0;
+          if (need_all)
+            for (int q = 0; q < kWarps; ++q) w += sh_wsum[q];
+          for (uint32_t r = 0; r < S; ++r) {  // (every rank decides on the total)
+            *cl_remote(&sh_pcnt[rank], r) = static_cast<uint64_t>(sh_cnt);
+            *cl_remote(&sh_pw[rank], r) = w;
+          }
         }
+        FIB_PROF(4);
+        cl_sync();
+        FIB_PROF(5);
+        const uint64_t total_c = sum_ranks(S, [&](uint32_t r) { return sh_pcnt[r]; });
+        wall_tot = sum_ranks(S, [&](uint32_t r) { return sh_pw[r]; });
+        go = total_c <= static_cast<uint64_t>(kCand);  // cluster-uniform decision
       }
-      FIB_PROF(4);
-      cl_sync();
-      FIB_PROF(5);
-      const uint64_t total_c = sum_ranks(S, [&](uint32_t r) { return sh_pcnt[r]; });
-      const uint64_t wall_tot = sum_ranks(S, [&](uint32_t r) { return sh_pw[r]; });
-      if (total_c <= static_cast<uint64_t>(kCand)) {  // cluster-uniform decision
-        if (rank == 0) {
-          uint64_t* G = hist;  // buffer 0: its last remote readers passed the barrier above
-          const int nc = gather_lists(G, list, sh_pcnt, S, kCand);
+      if (go) {
+        if (xp || rank == 0) {
+          // buffer 0 (the gather): its last remote readers passed the barrier above
+          uint64_t* const G = xp ? list : hist;
+          const int nc = xp ? (cx <= kCand ? cx : 0) : gather_lists(G, list, sh_pcnt, S, kCand);
           int P = 32;
           while (P < nc) P <<= 1;
           for (int j = nc + tid; j < P; j += kThreads) G[j] = 0ull;
           __syncthreads();
-          cl_arrive_relaxed();  // (rank 0 has read the other CTAs' lists: they may exit)
+          if (!xp) cl_arrive_relaxed();  // (rank 0 has read the other CTAs' lists: they may exit)
           FIB_PROF(6);
           int nk = nc < k ? nc : k;
-          const uint64_t* Gs = sort_desc_top_to<true>(G, nc, nk, G + kRankSortMax) ? G + kRankSortMax : G;  // (G: 4096 u64)
+          const uint64_t* Gs = sort_desc_top_to<true>(G, nc, nk, hist + kRankSortMax) ? hist + kRankSortMax : G;  // (hist: 4096 u64)
           FIB_PROF(7);
           FIB_PROF_ADD(10, nc);
-          if (use_m) nk = min_p_keep(Gs, nk, wc, logits, T, mp);
-          finish_sorted(p, Gs, nk, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch,
-                        &sh_above, &sh_rnd);  // (candidate paths draw with kTagDraw)
-          FIB_PROF(8);
+          if (xp) {
+#if FIB_HAS_CLUSTER
+            // XP: this rank's top nk = min(c, k) in order (the row's top k lies in the union of the
+            // ranks' top k). Rank r > 0 sends them with st.async into slot r - 1 of rank 0 (k entries,
+            // zero-padded), then its count (-1: its list overflowed) and wall sum: 8 k + 12 bytes on
+            // rank 0's sh_xbar[1]. Rank 0 places every entry at its place in its list plus the entries
+            // of the other lists above it (merge_ranked): the merged top k in order, as the gather and
+            // sort of the other rows give them (the same token), and answers every rank with its
+            // verdict (0: done; 1: an overflowed list, the radix path below after one cluster
+            // barrier), so no rank exits while another may still read its shared memory.
+            const bool ok = cx <= kCand;
+            uint64_t* const ring = sh_pcsum;                    // rank 0: slot r - 1 of k entries
+            int* const rcnt = reinterpret_cast<int*>(sh_pcnt);  // rank 0: the ranks' counts
+            int& verdict = sh_take;                             // rank r > 0: rank 0's verdict
+            if (rank != 0) {
+              const uint32_t bar = cl_addr(&sh_xbar[1], 0u);
+              const uint32_t dst = cl_addr(ring + static_cast<int>(rank - 1) * k, 0u);
+              if (tid == 0) mbar_expect_tx(&sh_xbar[1], 4u);  // (the verdict)
+              for (int j = tid; j < k; j += kThreads) st_async_u64(dst + 8u * j, j < nk ? Gs[j] : 0ull, bar);
+              if (tid == 0) {
+                st_async_u32(cl_addr(&rcnt[rank], 0u), ok ? static_cast<uint32_t>(nk) : 0xffffffffu, bar);
+                st_async_u64(cl_addr(&sh_pw[rank], 0u), wall_tot, bar);
+              }
+              FIB_PROF_CTA(3);
+              mbar_wait<true>(&sh_xbar[1], 0u);
+              if (verdict == 0) return;
+              go = false;
+            } else {
+              if (tid == 0) {
+                mbar_expect_tx(&sh_xbar[1], (S - 1u) * (8u * static_cast<uint32_t>(k) + 12u));
+                rcnt[0] = ok ? nk : -1;
+                sh_pw[0] = wall_tot;
+              }
+              mbar_wait<true>(&sh_xbar[1], 0u);  // the other ranks' lists, counts and wall sums are in
+              __syncthreads();  // (rank 0's count)
+              int tot = 0;
+              wall_tot = 0;
+              for (uint32_t r = 0; r < S; ++r) {
+                go = go && rcnt[r] >= 0;
+                tot += rcnt[r];
+                wall_tot += sh_pw[r];
+              }
+              if (tid > 0 && tid < static_cast<int>(S))
+                st_async_u32(cl_addr(&verdict, tid), go ? 0u : 1u, cl_addr(&sh_xbar[1], tid));
+              if (go) {
+                uint64_t* const M = hist + 2 * kRankSortMax;
+                const int n0 = nk;
+                nk = min(tot, k);
+                merge_ranked(Gs, n0, ring, k, rcnt, static_cast<int>(S), nk, M);
+                __syncthreads();
+                Gs = M;
+              }
+            }
+#endif
+          }
+          if (go) {
+            if (use_m) nk = min_p_keep(Gs, nk, wc, logits, T, mp);
+            finish_sorted(p, Gs, nk, wc, use_p, tp, p.joint ? wall_tot : 0ull, p.joint != 0, row, sh_scratch,
+                          &sh_above, &sh_rnd);  // (candidate paths draw with kTagDraw)
+            FIB_PROF(8);
+            if (xp) FIB_PROF_CTA(3);
+          }
         } else {
           cl_arrive_relaxed();
         }
-        cl_wait();
-        return;
+        if (go) {
+          if (!xp) cl_wait();
+          return;
+        }
+        cl_sync();  // (XP, an overflowed list) the radix path, as after the other rows' barrier
       }
     }
     // (the radix digits are 11 bits: their bound is L rounded down to one; a lower bound of the
