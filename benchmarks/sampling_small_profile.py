@@ -7,7 +7,11 @@ the kernel's entry. Cluster kernel slots: 24 the per-row parameters read (before
 barrier), 25 the TMA slice landed (thread 0's wait), 26 thread 0's keys converted, 27 the block
 barrier after the delegate histogram, 1 the coarse sums, 2 the first cluster barrier, 3 the
 delegate select (the bound L), 4 the candidate listing, 5 its cluster barrier, 6 the lists gathered
-on rank 0, 7 sorted, 8 drawn. Two-pass kernel slots are printed raw (see twopass.cuh). Every slot a
+on rank 0, 7 sorted, 8 drawn; rows that exchange by st.async (sampler.cuh, XP: 2-8 CTAs, k <= 256)
+record 1 before the delegates are sent, 2 once they are in and summed, 3, 6 this rank's list padded,
+7 ranked, 8 merged and drawn, and per CTA the events 0 entry, 1 the other ranks' delegates in, 2
+the list done, 3 sent (rank r > 0) or drawn (rank 0). Two-pass kernel slots are printed raw (see
+twopass.cuh; per CTA: 0 entry, 1 pass end, 2 candidates, 3 sent or drawn). Every slot a
 call reached is kept (slots it did not reach keep an older call's value; those read as negative or
 beyond the graph time and are dropped).
 
@@ -35,8 +39,7 @@ ORDER = [24, 25, 26, 27, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 
 
 
 def cta_summary(text, B):
-    """prof_cta_read's per-CTA events (0 entry, 1 pass end, 2 candidates, 3 done; ns since the first
-    entry, -1 unset) -> {rank: {event: (median us, max us)}} over the rows, ranks that ran only."""
+    """prof_cta_read's per-CTA events (the module docstring's; ns since the first entry, -1 unset) -> {rank: {event: (median us, max us)}} over the rows, ranks that ran only."""
     v = [int(x) for x in str(text).split(",")]
     out = {}
     for rk in range(8):
