@@ -145,7 +145,10 @@ void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t
     cfg.numAttrs = 1;
     auto* kern = fs::sampler_kernel<DT>;
     if constexpr (DT == fs::kF32) {
-      if (p.has_topk) kern = gather ? fs::sampler_kernel<DT, true, true> : fs::sampler_kernel<DT, true>;
+      if (p.has_topk)
+        kern = gather ? fs::sampler_kernel<DT, true, true>
+               : (c.S >= 2 && c.S <= d.push_max_s) ? fs::sampler_kernel<DT, true, false, true>  // (the exchange)
+                                                   : fs::sampler_kernel<DT, true>;
     } else {
       if (gather) kern = fs::sampler_kernel<DT, false, true>;
     }

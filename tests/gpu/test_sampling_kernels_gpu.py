@@ -128,8 +128,10 @@ def test_cluster_listing_summary_same_tokens(src, V):
 @pytest.mark.parametrize("src", ["probs", "logits"])
 @pytest.mark.parametrize("k", [1, 50, 129, 256])
 def test_cluster_push_exchange_same_tokens(src, k):
-    """The cluster kernel's top-k instantiation (fp32) on rows of 2-8 CTAs with k <= 256 exchanges
-    delegates and candidate lists by st.async instead of cluster barriers (sampler.cuh, XP): every
+    """The cluster kernel's exchange variant (fp32 top-k calls in clusters of 2 to
+    FIB_SAMPLING_CLUSTER_PUSH_MAX_S CTAs, default 2; test_cluster_push_exchange_all_sizes runs this
+    test with 8) on rows with k <= 256 exchanges delegates and candidate lists by st.async instead of
+    cluster barriers (sampler.cuh, XP): every
     rank adds the others' delegates to its histogram and selects the bound alone, lists its
     candidates, puts its top k in order (ranked by counting up to 256 candidates, the bitonic network
     for 257-2048) and sends them to rank 0, which merges the lists; a rank with more than 2048
@@ -140,7 +142,8 @@ def test_cluster_push_exchange_same_tokens(src, k):
     overflows), 2100 near-equal ones spread (257-1050 per rank), a constant row (every rank
     overflows), an ascending row, a flat row, fewer than k positive probs / finite logits (no bound:
     the radix path without a list exchange), NaN entries and a +inf. The tokens must equal the
-    streaming kernel's at 2, 3, 5, 6, 7 and 8 CTAs per row, in both orders, with min-p on and off."""
+    streaming kernel's at 2, 3, 5, 6, 7 and 8 CTAs per row (k = 129: the exchange up to 4 CTAs, k =
+    256: up to 3), in both orders, with min-p on and off."""
     B, V = 12, 32000
     gen = torch.Generator(device=DEV).manual_seed(101 + k + (src == "logits"))
     lg = torch.randn(B, V, generator=gen, device=DEV) * 3
@@ -183,6 +186,21 @@ def test_cluster_push_exchange_same_tokens(src, k):
                     assert torch.equal(got, ref), (order, mp, cl, (got != ref).nonzero().flatten().tolist())
     finally:
         S._CLUSTER = old
+
+
+def test_cluster_push_exchange_all_sizes():
+    """test_cluster_push_exchange_same_tokens with the exchange variant on clusters of 2-8 CTAs
+    (FIB_SAMPLING_CLUSTER_PUSH_MAX_S=8, read once per process: a subprocess)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, FIB_SAMPLING_CLUSTER_PUSH_MAX_S="8")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                        "test_cluster_push_exchange_same_tokens"], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-500:]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -39,10 +39,11 @@ struct DevInfo {
   // 0: never). H100 (benchmarks/results/sampling_gather_h100.json): k=2048 top-k+top-p B=1 / 16 / 64
   // V=32000 21.9 / 22.5 / 31.8 -> 20.6 / 20.7 / 24.3 us, B=16 V=151936 39.3 -> 29.2, the same tokens
   int gather_cap = fs::kGatherCap;
-  // FIB_SAMPLING_CLUSTER_PUSH_MAX_S: the cluster kernel's top-k instantiation exchanges delegates and
-  // ranked candidate lists by st.async (no cluster barrier) in clusters of 2..this many CTAs (rows
-  // with k <= kRankSortMax; 0 or 1: never)
-  int push_max_s = fs::kMaxCluster;
+  // FIB_SAMPLING_CLUSTER_PUSH_MAX_S: fp32 top-k calls in clusters of 2..this many CTAs run the
+  // cluster kernel's exchange variant (sampler_kernel<kF32, true, false, true>: delegates and ranked
+  // candidate lists by st.async, no cluster barrier, rows with k <= kRankSortMax; 0 or 1: never).
+  // H100 (2026-12-05): B=64 V=32000 k=50 (2 CTAs) 10.92 -> 10.49 us from probs; 6-8 CTAs ~0.9 us slower
+  int push_max_s = 2;
   // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size (from half of it
   // for rows of at most 320 KB) runs the one-pass plain kernel (plain.cuh)
   int plain_min_b = 128;
@@ -85,7 +86,8 @@ void prepare_kernel(DevInfo& d) {
     // the top-k calls' instantiations: fp32 (16-bit vector maxima, 2a.), and every dtype's gathered
     // tail (calls whose every row has k > rej_min_k)
     constexpr bool summ = DT == fs::kF32;
-    for (auto* kern : {fs::sampler_kernel<DT, summ>, fs::sampler_kernel<DT, summ, true>}) {
+    for (auto* kern : {fs::sampler_kernel<DT, summ>, fs::sampler_kernel<DT, summ, true>,
+                       fs::sampler_kernel<DT, summ, false, summ>}) {
       check_cuda(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       d.optin - static_cast<int>(a.sharedSizeBytes)),
                  "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, top-k)");

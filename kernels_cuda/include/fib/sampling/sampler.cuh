@@ -62,7 +62,7 @@ __device__ __forceinline__ void vec_keys(const uint4 r, bool logits, uint32_t (&
 // the streaming kernel (S = 1, not resident) for rows it does not handle itself.
 // GATHER: the cluster kernel's instantiation for calls whose every row is known on the host to have
 // k > p.rej_min_k (gather_tail.cuh); the others hold none of its code (their SASS is the same).
-template <int DT, bool SUMM = false, bool GATHER = false>
+template <int DT, bool SUMM = false, bool GATHER = false, bool XPK = false>
 __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, const int row, const uint32_t rank,
                                            const uint32_t S, const int chunk, const bool resident_in) {
   bool resident = resident_in;  // (cleared when a top-p row of a histogram-free layout needs its histograms)
@@ -99,7 +99,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   const char* in_row = reinterpret_cast<const char*>(p.in) + (static_cast<int64_t>(row) * p.in_stride + start) * ESIZE;
 
   FIB_PROF(0);
-  if constexpr (SUMM && !GATHER) FIB_PROF_CTA(0);
+  if constexpr (SUMM && !GATHER && XPK) FIB_PROF_CTA(0);
   constexpr int VEC = 16 / ESIZE;
   const bool vec_ok = (reinterpret_cast<uintptr_t>(in_row) & 15) == 0;
   const int nv = vec_ok ? n / VEC : 0;
@@ -111,11 +111,14 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   // per-row parameters below are global loads, and the entry's cluster arrive used to wait for them
   // (a release arrive is a GPU-scope memory barrier) before the first byte was requested.
   bool tma = false;
-  // XP (the top-k instantiation): rows of 2..p.push_max_s CTAs with k <= kRankSortMax exchange their
-  // delegates and candidate lists with st.async on these mbarriers instead of cluster barriers (each
-  // barrier.cluster.arrive.release is a MEMBAR.ALL.GPU, ~2.5 us while the other CTAs stream): [0] the
-  // other ranks' delegates, [1] rank 0: the other ranks' lists; rank r > 0: rank 0's verdict
-  constexpr bool XP = SUMM && !GATHER;
+  // XP (the top-k instantiation's exchange variant, sampler_kernel<kF32, true, false, true>: launched
+  // for clusters of 2..FIB_SAMPLING_CLUSTER_PUSH_MAX_S CTAs): rows of 2..p.push_max_s CTAs with k <=
+  // kRankSortMax exchange their delegates and candidate lists with st.async on these mbarriers
+  // instead of cluster barriers (each barrier.cluster.arrive.release is a MEMBAR.ALL.GPU, ~2.5 us
+  // while the other CTAs stream): [0] the other ranks' delegates, [1] rank 0: the other ranks'
+  // lists; rank r > 0: rank 0's verdict. Its own instantiation: inlined into the top-k one it cost
+  // that kernel's other rows 0.6-0.9 us (spills) and lost ~0.9 us at 6-8 CTAs (H100, 2026-12-05)
+  constexpr bool XP = SUMM && !GATHER && XPK;
 #if FIB_HAS_CLUSTER
   __shared__ uint64_t sh_lbar;
   __shared__ __align__(8) uint64_t sh_xbar[2];
@@ -992,14 +995,14 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 #undef FIB_KEY
 }
 
-template <int DT, bool SUMM = false, bool GATHER = false>
+template <int DT, bool SUMM = false, bool GATHER = false, bool XPK = false>
 __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
   // 128-byte aligned: the TMA destinations (ring stages, resident keys) start on a 128-byte line
   // whatever the static shared memory's size; at a 16-byte offset (static size 8528) the filter
   // kernel was 3-6% slower on the H200 (benchmarks/results/sampling_ab_early_tma_h200.json)
   extern __shared__ __align__(128) unsigned char dsm[];
 #if FIB_HAS_CLUSTER
-  sample_row<DT, SUMM, GATHER>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
+  sample_row<DT, SUMM, GATHER, XPK>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
 #else
   if constexpr (!SUMM && !GATHER) sample_row<DT>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
 #endif  // (SUMM, GATHER: launched on sm_90 only)
