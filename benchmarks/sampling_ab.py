@@ -6,7 +6,8 @@ subprocess per build (FIB_KERNELS_DIR), printed side by side; profiling builds
 small-batch path instead. JSON to --out. sampling_filter_probe.py reuses knob, identity_checks
 and profile.
 
-Usage: python benchmarks/sampling_ab.py --builds name=DIR[,name=DIR...] [--out DIR] [--cake]
+Usage: python benchmarks/sampling_ab.py --builds name=DIR[:VAR=VALUE...][,name=DIR...] [--out DIR] [--cake]
+(a build's VAR=VALUE pairs are set in its subprocess's environment, e.g. FIB_SAMPLING_* knobs)
 """
 from __future__ import annotations
 
@@ -418,8 +419,10 @@ def main():
     allres = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "builds": {}}
     for i, spec in enumerate(args.builds.split(",")):
         name, d = spec.split("=", 1)
+        d, *extra = d.split(":")  # name=DIR:VAR=VALUE:...: the build with those environment variables
         tmp = out / f".ab_{name}.json"
         env = dict(os.environ, FIB_KERNELS_DIR=str(Path(d).resolve()))
+        env.update(e.split("=", 1) for e in extra)
         cmd = [sys.executable, __file__, "--child", str(tmp)] + (["--cake"] if args.cake and i == 0 else [])
         cmd += [f for f, on in (("--ops", args.ops), ("--skip-points", args.skip_points), ("--logits16", args.logits16),
                                 ("--skip-identity", args.skip_identity), ("--small", args.small), ("--sweep", args.sweep)) if on]
