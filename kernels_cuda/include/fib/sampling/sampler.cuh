@@ -277,7 +277,9 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     }
   }
   FIB_PROF(26);
-  if (use_k && dkey) atomicAdd(&cnt0[(SUMM && logits) ? logit_bin(dkey) : static_cast<int>(dkey >> 21)], 1u);
+  // a delegate's bin of the coarse histogram (the summary kernel's logits: logit_bin; else the top 11 bits)
+  const auto delegate_bin = [&](uint32_t key) { return (SUMM && logits) ? logit_bin(key) : static_cast<int>(key >> 21); };
+  if (use_k && dkey) atomicAdd(&cnt0[delegate_bin(dkey)], 1u);
   {
     uint32_t wm = __reduce_max_sync(0xffffffffu, dkey);
     if (lane == 0) atomicMax(&sh_max, wm);
@@ -308,7 +310,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     for (uint32_t q = 0; q < S; ++q) {
       const uint32_t kq = q == rank ? 0u : xdk[q * kThreads + tid];
       m = max(m, kq);
-      if (kq) atomicAdd(&cnt0[logits ? logit_bin(kq) : static_cast<int>(kq >> 21)], 1u);
+      if (kq) atomicAdd(&cnt0[delegate_bin(kq)], 1u);
     }
     m = __reduce_max_sync(0xffffffffu, m);
     if (lane == 0) atomicMax(&sh_max, m);
