@@ -47,7 +47,11 @@ __device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t*
     }
     nkeep = J < 1 ? 1 : J;
   }
-  const uint64_t tot = warp_sum_u64((l < nkeep ? wa : 0ull) + (l + 32 < nkeep ? wb : 0ull));
+  // the kept total: the inclusive prefix of entry nkeep - 1 (one shuffle, not a warp sum; nkeep 0:
+  // lane 31's, 0 as no entry is valid)
+  const int lk = (nkeep - 1) & 31;
+  const uint64_t pa = __shfl_sync(0xffffffffu, ia, lk), pb = __shfl_sync(0xffffffffu, ib, lk);
+  const uint64_t tot = nkeep <= 32 ? pa : tot_a + pb;
   if (tot == 0) {
     if (l == 0) p.out_idx[row] = 0;
     return;
