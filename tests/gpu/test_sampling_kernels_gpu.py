@@ -131,11 +131,11 @@ def test_cluster_push_exchange_same_tokens(src, k):
     """The cluster kernel's exchange variant (fp32 top-k calls in clusters of 2 to
     FIB_SAMPLING_CLUSTER_PUSH_MAX_S CTAs, default 2; test_cluster_push_exchange_all_sizes runs this
     test with 8) on rows with k <= 256 exchanges delegates and candidate lists by st.async instead of
-    cluster barriers (sampler.cuh, XP): every
-    rank adds the others' delegates to its histogram and selects the bound alone, lists its
-    candidates, puts its top k in order (ranked by counting up to 256 candidates, the bitonic network
-    for 257-2048) and sends them to rank 0, which merges the lists; a rank with more than 2048
-    candidates sends -1, and rank 0's verdict then sends the whole cluster to the radix path. Rows
+    cluster barriers (sampler.cuh, XP): every rank adds the others' delegates to its histogram and
+    selects the bound alone, lists its candidates, puts its top k in order (ranked by counting up to
+    256 candidates, the bitonic network for 257-2048) and sends them to rank 0, which merges the
+    lists; a rank with more than 2048 candidates sends -1, and rank 0's verdict then sends the whole
+    cluster to the radix path. Rows
     built for each case, with V = 32000 (2 CTAs: 16000 tokens each, 8 CTAs: 4000): 600 tokens tied at
     the top spread over the row (~600 / S candidates per rank: the bitonic network at S <= 2, ranked
     above), 3000 tied at the row's end (the last rank alone overflows) and at its start (rank 0 alone

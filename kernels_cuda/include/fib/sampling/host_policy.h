@@ -42,7 +42,8 @@ struct DevInfo {
   // FIB_SAMPLING_CLUSTER_PUSH_MAX_S: fp32 top-k calls in clusters of 2..this many CTAs run the
   // cluster kernel's exchange variant (sampler_kernel<kF32, true, false, true>: delegates and ranked
   // candidate lists by st.async, no cluster barrier, rows with k <= kRankSortMax; 0 or 1: never).
-  // H100 (2026-12-05): B=64 V=32000 k=50 (2 CTAs) 10.92 -> 10.49 us from probs; 6-8 CTAs ~0.9 us slower
+  // H100 (benchmarks/results/sampling_ab_finish64_h100.json): B=64 V=32000 k=50 (2 CTAs) from probs
+  // 10.87 -> 10.40 us (cake 10.44); at 6-8 CTAs it was ~0.9 us slower (sampling_ab_cluster_push_h100.json)
   int push_max_s = 2;
   // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size (from half of it
   // for rows of at most 320 KB) runs the one-pass plain kernel (plain.cuh)
