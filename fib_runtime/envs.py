@@ -168,7 +168,7 @@ _SPECS: Dict[str, _Spec] = {
         "Cluster kernel (sample_row): peaked joint rows with a top_k above this sample by rejection from the "
         "whole row, checking top-k rank, min-p and nucleus per candidate, without a top-k select (0: never)."),
     "FIB_SAMPLING_CLUSTER_PUSH_MAX_S": _Spec(_int, 2,
-        "Cluster kernel (sm_90): fp32 top-k calls in clusters of 2..this many CTAs per row run its exchange "
+        "Cluster kernel (sm_90): fp32 top-k calls from probs in clusters of 2..this many CTAs per row run its exchange "
         "instantiation (sampler_kernel<kF32, true, false, true>: delegates and the ranks' ordered top-k lists sent "
         "with st.async, no cluster barrier for rows with top_k <= 256; 0 or 1: never)."),
     "FIB_SAMPLING_EXPLICIT_STREAM": _Spec(_bool, False,

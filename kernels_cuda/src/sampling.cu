@@ -147,7 +147,7 @@ void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t
     if constexpr (DT == fs::kF32) {
       if (p.has_topk)
         kern = gather ? fs::sampler_kernel<DT, true, true>
-               : (c.S >= 2 && c.S <= d.push_max_s) ? fs::sampler_kernel<DT, true, false, true>  // (the exchange)
+               : (c.S >= 2 && c.S <= d.push_max_s && !p.is_logits) ? fs::sampler_kernel<DT, true, false, true>  // (the exchange: probs)
                                                    : fs::sampler_kernel<DT, true>;
     } else {
       if (gather) kern = fs::sampler_kernel<DT, false, true>;
@@ -201,7 +201,6 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
   p.rej_min_k = d.rej_min_k;
   p.rej_joint_min_k = d.rej_joint_min_k;
   p.gather_cap = d.gather_cap;
-  p.push_max_s = d.push_max_s;
   // the cluster kernel's gathered tail (gather_tail.cuh): calls whose every row has k > rej_min_k
   // (top_k_first; a scalar top_k, or the min_top_k hint), sm_90
   const int64_t min_k = p.top_k_arr ? fs::host::min_k_hint(flags) : static_cast<int64_t>(p.top_k_val);

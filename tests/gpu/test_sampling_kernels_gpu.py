@@ -128,9 +128,9 @@ def test_cluster_listing_summary_same_tokens(src, V):
 @pytest.mark.parametrize("src", ["probs", "logits"])
 @pytest.mark.parametrize("k", [1, 50, 129, 256])
 def test_cluster_push_exchange_same_tokens(src, k):
-    """The cluster kernel's exchange variant (fp32 top-k calls in clusters of 2 to
+    """The cluster kernel's exchange variant (fp32 top-k calls from probs in clusters of 2 to
     FIB_SAMPLING_CLUSTER_PUSH_MAX_S CTAs, default 2; test_cluster_push_exchange_all_sizes runs this
-    test with 8) on rows with k <= 256 exchanges delegates and candidate lists by st.async instead of
+    test with 8; from logits the same rows check the top-k instantiation at those sizes) on rows with k <= 256 exchanges delegates and candidate lists by st.async instead of
     cluster barriers (sampler.cuh, XP): every rank adds the others' delegates to its histogram and
     selects the bound alone, lists its candidates, puts its top k in order (ranked by counting up to
     256 candidates, the bitonic network for 257-2048) and sends them to rank 0, which merges the

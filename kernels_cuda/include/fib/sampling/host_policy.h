@@ -39,11 +39,13 @@ struct DevInfo {
   // 0: never). H100 (benchmarks/results/sampling_gather_h100.json): k=2048 top-k+top-p B=1 / 16 / 64
   // V=32000 21.9 / 22.5 / 31.8 -> 20.6 / 20.7 / 24.3 us, B=16 V=151936 39.3 -> 29.2, the same tokens
   int gather_cap = fs::kGatherCap;
-  // FIB_SAMPLING_CLUSTER_PUSH_MAX_S: fp32 top-k calls in clusters of 2..this many CTAs run the
-  // cluster kernel's exchange variant (sampler_kernel<kF32, true, false, true>: delegates and ranked
-  // candidate lists by st.async, no cluster barrier, rows with k <= kRankSortMax; 0 or 1: never).
-  // H100 (benchmarks/results/sampling_ab_finish64_h100.json): B=64 V=32000 k=50 (2 CTAs) from probs
-  // 10.87 -> 10.40 us (cake 10.44); at 6-8 CTAs it was ~0.9 us slower (sampling_ab_cluster_push_h100.json)
+  // FIB_SAMPLING_CLUSTER_PUSH_MAX_S: fp32 top-k calls from probs in clusters of 2..this many CTAs run
+  // the cluster kernel's exchange variant (sampler_kernel<kF32, true, false, true>: delegates and
+  // ranked candidate lists by st.async, no cluster barrier, rows with k <= kRankSortMax; 0 or 1:
+  // never). H100 (benchmarks/results/sampling_ab_finish64_h100.json): B=64 V=32000 k=50 (2 CTAs) from
+  // probs 10.87 -> 10.40 us (cake 10.44); at 6-8 CTAs it was ~0.9 us slower (sampling_ab_cluster_push_h100.json).
+  // Calls from logits keep the top-k instantiation: there the exchange cost B=64 V=32000 0.15 us on
+  // the H100 (sampling_ab_push_probs_h100.json) and ~0.6 us in the H200 grid (sampling_h200.md)
   int push_max_s = 2;
   // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size (from half of it
   // for rows of at most 320 KB) runs the one-pass plain kernel (plain.cuh)

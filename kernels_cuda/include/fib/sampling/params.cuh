@@ -43,9 +43,6 @@ struct Params {
   // sample_row<DT, SUMM, true>: those top_k_first rows finish on rank 0 once a radix pass leaves at
   // most this many tokens at or above the k-th largest key's bucket (gather_tail.cuh); 0: never
   int gather_cap;
-  // sample_row<kF32, true> (the top-k instantiation): rows of clusters of 2..push_max_s CTAs with
-  // k <= kRankSortMax exchange their delegates and candidate lists by st.async (no cluster barrier)
-  int push_max_s;
 };
 
 // Row `row`'s top-k parameter (0 when there is none; int64 values clamped to [0, 2^31-1]).

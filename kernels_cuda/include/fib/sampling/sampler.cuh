@@ -112,7 +112,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   // (a release arrive is a GPU-scope memory barrier) before the first byte was requested.
   bool tma = false;
   // XP (the top-k instantiation's exchange variant, sampler_kernel<kF32, true, false, true>: launched
-  // for clusters of 2..FIB_SAMPLING_CLUSTER_PUSH_MAX_S CTAs): rows of 2..p.push_max_s CTAs with k <=
+  // for clusters of 2..FIB_SAMPLING_CLUSTER_PUSH_MAX_S CTAs, the host's choice): rows with k <=
   // kRankSortMax exchange their delegates and candidate lists with st.async on these mbarriers
   // instead of cluster barriers (each barrier.cluster.arrive.release is a MEMBAR.ALL.GPU, ~2.5 us
   // while the other CTAs stream): [0] the other ranks' delegates, [1] rank 0: the other ranks'
@@ -175,7 +175,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   bool xp = false;
   if constexpr (XP) {
 #if FIB_HAS_CLUSTER
-    xp = S > 1 && static_cast<int>(S) <= p.push_max_s && p.mode == kSample && use_k && k <= kRankSortMax &&
+    xp = S > 1 && p.mode == kSample && use_k && k <= kRankSortMax &&
          static_cast<int>(S - 1) * k <= kMaxCluster * kGroups && (p.rej_min_k <= 0 || k <= p.rej_min_k) &&
          (!p.joint || !use_p || p.rej_joint_min_k <= 0 || k <= p.rej_joint_min_k);
 #endif
