@@ -35,7 +35,7 @@ from sampling import FI, device_tag, graph_time, make_inputs, prof_slots, run_me
 from fib_runtime.kernels import loader  # noqa: E402
 from fib_runtime.kernels import sampling as S  # noqa: E402
 
-ORDER = [24, 25, 26, 27, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23]
+ORDER = [24, 25, 26, 27, 1, 2, 3, 4, 5, 20, 21, 22, 6, 7, 28, 29, 30, 31, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 23]
 
 
 def cta_summary(text, B):

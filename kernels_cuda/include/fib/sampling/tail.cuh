@@ -26,6 +26,7 @@ __device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t*
                                                 bool use_p, float tp, uint64_t joint_base, bool joint, int row,
                                                 const uint64_t* rnd = nullptr) {
   if (threadIdx.x >= 32) return;
+  FIB_PROF(28);
   const int l = threadIdx.x;
   const bool va = l < nc, vb = l + 32 < nc;
   const uint64_t wa = va ? weight_of(static_cast<uint32_t>(G[l] >> 32), wc) : 0ull;
@@ -34,6 +35,7 @@ __device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t*
   const uint64_t tot_a = __shfl_sync(0xffffffffu, ia, 31), tot_b = __shfl_sync(0xffffffffu, ib, 31);
   const uint64_t exa = ia - wa, exb = tot_a + ib - wb;  // exclusive prefixes in token order j
   const uint64_t total_k = tot_a + tot_b;
+  FIB_PROF(29);
   int nkeep = nc;
   if (use_p && total_k > 0) {
     const uint64_t base = joint ? joint_base : total_k;
@@ -52,6 +54,7 @@ __device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t*
   const int lk = (nkeep - 1) & 31;
   const uint64_t pa = __shfl_sync(0xffffffffu, ia, lk), pb = __shfl_sync(0xffffffffu, ib, lk);
   const uint64_t tot = nkeep <= 32 ? pa : tot_a + pb;
+  FIB_PROF(30);
   if (tot == 0) {
     if (l == 0) p.out_idx[row] = 0;
     return;
@@ -61,6 +64,7 @@ __device__ __forceinline__ void finish_sorted64(const Params& p, const uint64_t*
     p.out_idx[row] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(G[l]));
   if (l + 32 < nkeep && wb > 0 && exb <= tgt && tgt < exb + wb)
     p.out_idx[row] = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(G[l + 32]));
+  FIB_PROF(31);
 }
 
 // G[0..nc) = candidates (key << 32 | ~index) sorted descending (value desc, index asc), nc <= 2048.

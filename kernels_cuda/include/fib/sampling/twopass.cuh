@@ -735,13 +735,16 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
       return;
     }
     rank_desc_each(buf, nc0, kk, rank_lg(nc0), [&](int r, uint64_t v) { L0[r] = v; });
+    FIB_PROF(20);
     if (S > 1) {
       if (tid == 0) {
         s_rcm[0] = cm;
         s_rcs[0] = cs;
       }
       mbar_wait<true>(&s_mb, 0u);  // the other ranks' lists, counts and partials are in
+      FIB_PROF(21);
       __syncthreads();  // (and this CTA's L0)
+      FIB_PROF(22);
       G = L0 + kRankSortMax;
       int total = kk;
       for (int r = 1; r < static_cast<int>(S); ++r) total += s_rcnt[r];
