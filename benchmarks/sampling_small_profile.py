@@ -99,14 +99,14 @@ def main():
                             med[s] = vs[len(vs) // 2]
                     rows.append({"V": V, "B": B, "kind": kind, "src": src, "k": k, "graph_us": us,
                                  "cake_us": cake_us, "slots_us": med, "per_input": per, "cta": ctas})
-                    for c in ctas[1:2]:
+                    print(f"{V:>7} {B:>3} {kind:>6} {src:>6} ours {us:6.2f} cake "
+                          f"{(f'{cake_us:6.2f}' if cake_us else '     -')} | " +
+                          " ".join(f"{s}:{v:.2f}" for s, v in med.items()), flush=True)
+                    for c in ctas[1:2]:  # (under its row: input 1's; input 0 is the first eager call)
                         if c:
                             print("      per-CTA (us since the first entry; median / max over rows): " +
                                   " ".join(f"r{rk}:" + ",".join(f"e{e}={v[0]:.2f}/{v[1]:.2f}" for e, v in ev.items())
                                            for rk, ev in c.items()), flush=True)
-                    print(f"{V:>7} {B:>3} {kind:>6} {src:>6} ours {us:6.2f} cake "
-                          f"{(f'{cake_us:6.2f}' if cake_us else '     -')} | " +
-                          " ".join(f"{s}:{v:.2f}" for s, v in med.items()), flush=True)
     meta = run_meta()
     meta["build_config"] = str(mod.build_config())
     out = Path(args.out)
