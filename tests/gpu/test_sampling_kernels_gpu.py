@@ -130,20 +130,20 @@ def test_cluster_listing_summary_same_tokens(src, V):
 def test_cluster_push_exchange_same_tokens(src, k):
     """The cluster kernel's exchange variant (fp32 top-k calls from probs in clusters of 2 to
     FIB_SAMPLING_CLUSTER_PUSH_MAX_S CTAs, default 2; test_cluster_push_exchange_all_sizes runs this
-    test with 8; from logits the same rows check the top-k instantiation at those sizes) on rows with k <= 256 exchanges delegates and candidate lists by st.async instead of
-    cluster barriers (sampler.cuh, XP): every rank adds the others' delegates to its histogram and
-    selects the bound alone, lists its candidates, puts its top k in order (ranked by counting up to
-    256 candidates, the bitonic network for 257-2048) and sends them to rank 0, which merges the
-    lists; a rank with more than 2048 candidates sends -1, and rank 0's verdict then sends the whole
-    cluster to the radix path. Rows
-    built for each case, with V = 32000 (2 CTAs: 16000 tokens each, 8 CTAs: 4000): 600 tokens tied at
-    the top spread over the row (~600 / S candidates per rank: the bitonic network at S <= 2, ranked
-    above), 3000 tied at the row's end (the last rank alone overflows) and at its start (rank 0 alone
-    overflows), 2100 near-equal ones spread (257-1050 per rank), a constant row (every rank
-    overflows), an ascending row, a flat row, fewer than k positive probs / finite logits (no bound:
-    the radix path without a list exchange), NaN entries and a +inf. The tokens must equal the
-    streaming kernel's at 2, 3, 5, 6, 7 and 8 CTAs per row (k = 129: the exchange up to 4 CTAs, k =
-    256: up to 3), in both orders, with min-p on and off."""
+    test with 8; from logits the same rows check the top-k instantiation at those sizes) on rows
+    with k <= 256 exchanges delegates and candidate lists by st.async instead of cluster barriers
+    (sampler.cuh, XP): every rank adds the others' delegates to its histogram and selects the bound
+    alone, lists its candidates, puts its top k in order (ranked by counting up to 256 candidates,
+    the bitonic network for 257-2048) and sends them to rank 0, which merges the lists; a rank with
+    more than 2048 candidates sends -1, and rank 0's verdict then sends the whole cluster to the
+    radix path. Rows built for each case, with V = 32000 (2 CTAs: 16000 tokens each, 8 CTAs: 4000):
+    600 tokens tied at the top spread over the row (~600 / S candidates per rank: the bitonic
+    network at S <= 2, ranked above), 3000 tied at the row's end (the last rank alone overflows) and
+    at its start (rank 0 alone overflows), 2100 near-equal ones spread (257-1050 per rank), a
+    constant row (every rank overflows), an ascending row, a flat row, fewer than k positive probs /
+    finite logits (no bound: the radix path without a list exchange), NaN entries and a +inf. The
+    tokens must equal the streaming kernel's at 2, 3, 5, 6, 7 and 8 CTAs per row (k = 129: the
+    exchange up to 4 CTAs, k = 256: up to 3), in both orders, with min-p on and off."""
     B, V = 12, 32000
     gen = torch.Generator(device=DEV).manual_seed(101 + k + (src == "logits"))
     lg = torch.randn(B, V, generator=gen, device=DEV) * 3

@@ -45,7 +45,8 @@ struct DevInfo {
   // never). H100 (benchmarks/results/sampling_ab_finish64_h100.json): B=64 V=32000 k=50 (2 CTAs) from
   // probs 10.87 -> 10.40 us (cake 10.44); at 6-8 CTAs it was ~0.9 us slower (sampling_ab_cluster_push_h100.json).
   // Calls from logits keep the top-k instantiation: there the exchange cost B=64 V=32000 0.15 us on
-  // the H100 (sampling_ab_push_probs_h100.json) and ~0.6 us in the H200 grid (sampling_h200.md)
+  // the H100 (sampling_ab_push_probs_h100.json), and the H200 grid of the exchange for both had those
+  // rows ~0.6 us slower than the one before it (sampling_h200.md)
   int push_max_s = 2;
   // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size (from half of it
   // for rows of at most 320 KB) runs the one-pass plain kernel (plain.cuh)
