@@ -14,7 +14,8 @@ the list done, 3 sent (rank r > 0) or drawn (rank 0). Two-pass kernel slots are 
 twopass.cuh; 20 rank 0's own list ranked, 21 the other lists in, 22 past the block barrier; per
 CTA: 0 entry, 1 pass end, 2 candidates, 3 sent or drawn). Every kernel's draw on at most 64
 candidates (finish_sorted64, warp 0): 28 entry, 29 weights scanned, 30 nucleus and kept total, 31
-the token stored. Every slot a call reached is kept (slots it did not reach keep an older call's
+the token stored. The cluster kernel's fp32 load, per warp (slowest warp of row 0 / rank 0): w32 cycles in
+the TMA wait, w33 past it, w34 cycles converting to keys, w35 done (us since the entry). Every slot a call reached is kept (slots it did not reach keep an older call's
 value; those read as negative or beyond the graph time and are dropped).
 
     FIB_KERNELS_DIR=<profile build> python benchmarks/sampling_small_profile.py [--out DIR]
@@ -38,6 +39,21 @@ from fib_runtime.kernels import loader  # noqa: E402
 from fib_runtime.kernels import sampling as S  # noqa: E402
 
 ORDER = [24, 25, 26, 27, 1, 2, 3, 4, 5, 20, 21, 22, 6, 7, 28, 29, 30, 31, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 23]
+
+
+# the per-warp maxima of row 0 / rank 0 (prof_read's fields 52-59, builds that have them): the cluster
+# kernel's fp32 load, "w32" the slowest warp's cycles in the TMA wait, "w33" when it got past (us since
+# the entry), "w34" the slowest warp's cycles in the conversion to keys, "w35" when the last warp ended it
+WMAX = ["w32", "w33", "w34", "w35"]
+
+
+def warp_maxima(mod):
+    """{"w32": cycles, "w33": us, "w34": cycles, "w35": us} of the last call (prof_read clears them once
+    read), {} where unset (the kernel did not run that load) or not built."""
+    v = [int(x) for x in str(mod.prof_read()).split(",")]
+    if len(v) < 56 or v[52 + 3] <= 0:
+        return {}
+    return {"w32": float(v[52]), "w33": v[53] / 1000.0, "w34": float(v[54]), "w35": v[55] / 1000.0}
 
 
 def cta_summary(text, B):
@@ -90,12 +106,14 @@ def main():
                         mod.prof_cta_read(B)  # (clears what the timed calls left)
                     for i in range(4):  # one eager call per input, its timestamps
                         fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=k)
+                        wx = warp_maxima(mod)  # (first: prof_read clears them once read)
                         vals = prof_slots(mod)
                         per.append({s: vals[s] for s in range(1, 32) if vals[s] is not None and vals[s] < 200.0})
+                        per[-1].update(wx)
                         if hasattr(mod, "prof_cta_read"):
                             ctas.append(cta_summary(mod.prof_cta_read(B), B))
                     med = {}
-                    for s in ORDER:
+                    for s in ORDER + WMAX:
                         vs = sorted(p[s] for p in per if s in p)
                         if len(vs) >= 3:
                             med[s] = vs[len(vs) // 2]
@@ -103,7 +121,8 @@ def main():
                                  "cake_us": cake_us, "slots_us": med, "per_input": per, "cta": ctas})
                     print(f"{V:>7} {B:>3} {kind:>6} {src:>6} ours {us:6.2f} cake "
                           f"{(f'{cake_us:6.2f}' if cake_us else '     -')} | " +
-                          " ".join(f"{s}:{v:.2f}" for s, v in med.items()), flush=True)
+                          " ".join(f"{s}:{v:.2f}" if isinstance(s, int) or s in ("w33", "w35") else f"{s}:{v:.0f}"
+                                   for s, v in med.items()), flush=True)
                     for c in ctas[1:2]:  # (under its row: input 1's; input 0 is the first eager call)
                         if c:
                             print("      per-CTA (us since the first entry; median / max over rows): " +

@@ -357,7 +357,7 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(build_config, build_config);
 // profiling builds: the filter kernel's phase timestamps of the last call (row 0, rank 0), as
 // "t1-t0,t2-t0,...,t9-t0 (ns),compactions,compacted entries"
 tvm::ffi::String prof_read() {
-  unsigned long long h[32] = {};
+  unsigned long long h[40] = {};
   check_cuda(cudaDeviceSynchronize(), "sync");
   check_cuda(cudaMemcpyFromSymbol(h, fs::g_fib_prof, sizeof(h)), "cudaMemcpyFromSymbol");
   std::string r;
@@ -369,6 +369,12 @@ tvm::ffi::String prof_read() {
   r += "," + std::to_string(h[21]);
   // then every slot as a time since h[0] (0 where unset): fields 20..51
   for (int i = 0; i < 32; ++i) r += "," + std::to_string(h[i] ? static_cast<long long>(h[i] - h[0]) : 0LL);
+  // then the per-warp maxima 32..39 (FIB_PROF_WMAX): odd slots globaltimer (as times since h[0]), even slots cycles
+  for (int i = 32; i < 40; ++i)
+    r += "," + std::to_string((i & 1) ? (h[i] ? static_cast<long long>(h[i] - h[0]) : 0LL) : static_cast<long long>(h[i]));
+  // (cleared once read: only the cluster kernel's rows zero them at their start)
+  const unsigned long long z[8] = {};
+  check_cuda(cudaMemcpyToSymbol(fs::g_fib_prof, z, sizeof(z), 32 * sizeof(unsigned long long)), "cudaMemcpyToSymbol");
   return tvm::ffi::String(r);
 }
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(prof_read, prof_read);

@@ -231,7 +231,14 @@ __device__ __forceinline__ uint32_t cl_size() {
 // profiling builds only
 // (nvcc -DFIB_SAMPLING_PROFILE; read with the exported prof_read()).
 #ifdef FIB_SAMPLING_PROFILE
-__device__ unsigned long long g_fib_prof[32];
+__device__ unsigned long long g_fib_prof[40];
+// slots 32-39: per-warp maxima over the CTA of row 0 / rank 0 (raw: clock cycles or globaltimer ns),
+// zeroed at the row's start by sample_row; any lane 0 of that CTA
+#define FIB_PROF_WMAX(i, v)                                                                   \
+  do {                                                                                        \
+    if ((threadIdx.x & 31) == 0 && blockIdx.y == 0 && cl_rank() == 0) atomicMax(&g_fib_prof[i], (v)); \
+  } while (0)
+#define FIB_GTIME(t_) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_))
 // thread 0 of the CTAs where `cond` holds records slot i
 #define FIB_PROF_WHEN(cond, i)                                           \
   do {                                                                   \
@@ -266,6 +273,9 @@ __device__ unsigned long long g_fib_cta[1024 * 8 * 4];
     }                                                                    \
   } while (0)
 #else
+#define FIB_PROF_WMAX(i, v) \
+  do {                    \
+  } while (0)
 #define FIB_PROF_CTA(e) \
   do {                  \
   } while (0)

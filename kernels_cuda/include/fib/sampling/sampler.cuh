@@ -183,7 +183,10 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 
 #ifdef FIB_SAMPLING_PROFILE
   if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0)
+    {
     for (int q = 10; q < 18; ++q) g_fib_prof[q] = 0ull;
+    for (int q = 32; q < 40; ++q) g_fib_prof[q] = 0ull;
+  }
 #endif
   auto gkey = [&](int i) -> uint32_t { return f2key(sanitize(load_elem<DT>(in_row, i), logits)); };
 #define FIB_KEY(i) (resident ? skeys[(i)] : gkey(i))
@@ -211,8 +214,19 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   uint32_t dkey = 0;
   if constexpr (DT == kF32) {
 #if FIB_HAS_CLUSTER
+#ifdef FIB_SAMPLING_PROFILE
+    // (profile: 32 the slowest warp's cycles in the wait, 33 its globaltimer past it, 34 the slowest
+    // warp's cycles in the conversion loop, 35 the globaltimer at the last warp's loop end)
+    unsigned long long pc0_ = clock64(), pt_;
+#endif
     if (tma) mbar_wait(&sh_lbar, 0u);
     FIB_PROF(25);
+#ifdef FIB_SAMPLING_PROFILE
+    const unsigned long long pc1_ = clock64();
+    FIB_GTIME(pt_);
+    FIB_PROF_WMAX(32, pc1_ - pc0_);
+    FIB_PROF_WMAX(33, pt_);
+#endif
     // the slice's keys in place: 4 vectors per thread loaded before any is stored (a store may
     // alias a later load, so one at a time each load waited out the store before it), the key in
     // integer operations, the row's kind outside the loop
@@ -243,6 +257,11 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     };
     if (logits) convert(std::true_type{});
     else convert(std::false_type{});
+#ifdef FIB_SAMPLING_PROFILE
+    FIB_GTIME(pt_);
+    FIB_PROF_WMAX(34, clock64() - pc1_);
+    FIB_PROF_WMAX(35, pt_);
+#endif
 #endif
   }
   {
