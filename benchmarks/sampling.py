@@ -10,7 +10,10 @@ logits x k in {50, 2048}, per-row tensors top_k, top_p=0.9. Semantics compared l
 Extra rows at V=128256: top_p, min_p, plain sampling and top_k alone from probs (FlashInfer regular).
 Device time: CUDA graph of 4 calls on 4 different inputs (so input-dependent times are means over 4
 inputs), replayed; median per call over 5 repeats. Host cost: wall clock of 1000 back-to-back calls at
-B=1, V=32000 (best of 3). Floor = B*V*4 bytes / 4285 GB/s (measured copy bandwidth of this H200).
+B=1, V=32000 (best of 3). Floor = B*V*4 bytes / the device's copy bandwidth, measured at the start of
+the run (a 2 GiB device-to-device copy, bytes read + written; 4285 GB/s on our H200). Grids before
+2026-12-06 06:00 UTC used 4285 GB/s on every device, so their H100 floors are ~20% low (the ratios to
+the floor ~20% high).
 
 Writes benchmarks/results/sampling_<gpu>.json, .md and .log (or --out DIR), <gpu> the device's model
 (sampling_h200.*, sampling_h100.*).
@@ -35,11 +38,32 @@ sys.path.insert(0, str(ROOT))
 
 from fib_runtime.kernels import sampling as S  # noqa: E402
 
-BW = 4285e9
+BW = 4285e9  # (replaced by copy_bandwidth() at the start of main)
 DEV = "cuda"
 # pass min_top_k=k with the per-row top_k tensor (--no-hint: without; the batches with k > 128 then
 # run the two-pass kernel's default instantiation instead of its large-k one)
 HINT = True
+
+
+def copy_bandwidth():
+    """Bytes read + written per second of a 2 GiB device-to-device copy (median of 5)."""
+    n = 1 << 31
+    a = torch.ones(n, dtype=torch.uint8, device=DEV)
+    b = torch.empty_like(a)
+    for _ in range(2):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(5):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        b.copy_(a)
+        e1.record()
+        torch.cuda.synchronize()
+        ts.append(e0.elapsed_time(e1) / 1000.0)
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * n / sorted(ts)[2]
 
 
 def floor_us(B, V, elem=4):
@@ -416,7 +440,7 @@ def write_md(path, meta, grid, extra, host, acc, sweep):
     L = [f"# Sampling on {meta['device']} ({meta['date']})", "",
          f"torch {meta['torch']}, FlashInfer {meta['flashinfer']}, apache-tvm-ffi {meta['tvm_ffi']}, "
          f"driver {meta['driver']}. Device time per call in µs from CUDA graphs (4 inputs, median of 3); "
-         "floor = B·V·4 B / 4285 GB/s. per-row top_k tensor" + (
+         f"floor = B·V·4 B / {meta.get('copy_GBs', 4285):.0f} GB/s (this device's copy bandwidth). per-row top_k tensor" + (
              " with min_top_k=k (the host's bound, as cake's top_k_max=k; its large-k kernel "
              + ("on" if meta.get("twopass_large_k") else "off: FIB_SAMPLING_TWOPASS_LARGE_K=0") + ")"
              if HINT else "") + ", top_p=0.9.", "",
@@ -509,6 +533,9 @@ def main():
     if not FI.ok:
         log(f"FlashInfer not available: {FI.err}")
     meta = run_meta()
+    global BW
+    BW = copy_bandwidth()
+    meta["copy_GBs"] = BW / 1e9
     meta["min_top_k_hint"] = HINT
     from fib_runtime import envs
 

@@ -90,10 +90,15 @@ void prepare_kernel(DevInfo& d) {
     // the top-k calls' instantiations: fp32 (16-bit vector maxima, 2a.), and every dtype's gathered
     // tail (calls whose every row has k > rej_min_k)
     constexpr bool summ = DT == fs::kF32;
+    // (each its own static shared memory; the slice layout takes the largest, so that a row laid out
+    // for one instantiation fits every other)
     for (auto* kern : {fs::sampler_kernel<DT, summ>, fs::sampler_kernel<DT, summ, true>,
                        fs::sampler_kernel<DT, summ, false, summ>}) {
+      cudaFuncAttributes ak;
+      check_cuda(cudaFuncGetAttributes(&ak, kern), "cudaFuncGetAttributes(top-k)");
+      if (static_cast<int>(ak.sharedSizeBytes) > d.static_smem[DT]) d.static_smem[DT] = static_cast<int>(ak.sharedSizeBytes);
       check_cuda(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      d.optin - static_cast<int>(a.sharedSizeBytes)),
+                                      d.optin - static_cast<int>(ak.sharedSizeBytes)),
                  "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, top-k)");
       check_cuda(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                  "cudaFuncSetAttribute(NonPortableClusterSizeAllowed, top-k)");
