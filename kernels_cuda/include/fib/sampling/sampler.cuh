@@ -313,8 +313,11 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     }
   }
   FIB_PROF(26);
-  // a delegate's bin of the coarse histogram (the summary kernel's logits: logit_bin; else the top 11 bits)
-  const auto delegate_bin = [&](uint32_t key) { return (SUMM && logits) ? logit_bin(key) : static_cast<int>(key >> 21); };
+  // a delegate's bin of the coarse histogram (the summary kernel's logits: logit_bin, probs:
+  // prob_bin; else the top 11 bits)
+  const auto delegate_bin = [&](uint32_t key) {
+    return SUMM ? (logits ? logit_bin(key) : prob_bin(key)) : static_cast<int>(key >> 21);
+  };
   if (use_k && dkey) atomicAdd(&cnt0[delegate_bin(dkey)], 1u);
   {
     uint32_t wm = __reduce_max_sync(0xffffffffu, dkey);
@@ -438,7 +441,9 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     else
       cluster_select(cnt0, sh_csum[0], S, static_cast<uint64_t>(k), &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp,
                      &sh_gabove, sh_pcsum);
-    const uint32_t L = sh_b < 0 ? 0u : (SUMM && logits) ? logit_bin_floor(sh_b) : (static_cast<uint32_t>(sh_b) << 21);
+    const uint32_t L = sh_b < 0 ? 0u
+                       : SUMM     ? (logits ? logit_bin_floor(sh_b) : prob_bin_floor(sh_b))
+                                  : (static_cast<uint32_t>(sh_b) << 21);
     FIB_PROF(3);
     // ---- 2a. direct candidates: when at most 2048 tokens of the row lie at or above L (the usual
     // case for k up to a few hundred), gather them into rank 0 and select exactly there (sorted by
@@ -661,7 +666,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     }
     // (the radix digits are 11 bits: their bound is L rounded down to one; a lower bound of the
     // k-th key still, and a digit boundary, so a whole kept bucket lies at or above it)
-    const uint32_t Lr = (SUMM && logits) ? (L & 0xffe00000u) : L;
+    const uint32_t Lr = SUMM ? (L & 0xffe00000u) : L;
     uint32_t prefix = 0, mask = 0;
     uint64_t rem = static_cast<uint64_t>(k);
     for (int pass = 0; pass < 3; ++pass) {
