@@ -1,5 +1,7 @@
 """The cluster kernel's integer key conversion (common.cuh `key_of_bits<LOGITS>`) against the float
-definition it replaces (`f2key(sanitize(x, logits))`), replayed in numpy with the same operations.
+definition it replaces (`f2key(sanitize(x, logits))`), replayed in numpy with the same operations;
+and `vec_max_key<LOGITS>` (a 16-byte vector's largest key from its float maximum) against the
+maximum of the four keys.
 
 Every sign and exponent with the mantissas at and next to the edges, the special values, and 2^22
 random bit patterns; FIB_KEYS_EXHAUSTIVE=1 runs all 2^32 patterns (~5 minutes on 2 cores).
@@ -67,6 +69,33 @@ def test_key_of_bits_matches_sanitized_f2key(logits):
         finite = np.abs(finite)
         finite.sort()
     assert np.all(np.diff(new_keys(finite.view(U32), logits).astype(np.int64)) >= 0)
+
+
+def vec_max_key(q: np.ndarray, logits: bool) -> np.ndarray:
+    """vec_max_key<LOGITS> on rows of 4 bit patterns: fmaxf (np.fmax: a NaN yields the other operand)
+    over the four floats, then the key (logits) or the bits of max(m, +0) with the sign bit set (probs)."""
+    with np.errstate(invalid="ignore"):
+        f = q.view(np.float32)
+        m = np.fmax(np.fmax(f[:, 0], f[:, 1]), np.fmax(f[:, 2], f[:, 3]))
+        if logits:
+            return new_keys(m.view(U32), True)
+        return (U32(0x80000000) | np.fmax(m, np.float32(0.0)).view(U32)).astype(U32)
+
+
+@pytest.mark.parametrize("logits", [False, True])
+def test_vec_max_key_is_the_largest_key(logits):
+    u = edge_patterns()
+    rng = np.random.default_rng(20261206)
+    specials = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x80000000, 0x00000000, 0x7F800000,
+                         0xFF800000, 0x00000001, 0x80000001, 0x007FFFFF, 0x807FFFFF], dtype=U32)
+    # random vectors of edge / random patterns, and vectors drawn only from the special values
+    q = np.concatenate([rng.choice(u, size=(1 << 20, 4)), rng.choice(specials, size=(1 << 16, 4))]).astype(U32)
+    # every ordering of +-0 (fmaxf may return either zero): both orders of each pair
+    q = np.concatenate([q, q[:, ::-1].copy()])
+    want = new_keys(q.ravel(), logits).reshape(-1, 4).max(axis=1)
+    got = vec_max_key(q, logits)
+    bad = np.nonzero(want != got)[0]
+    assert bad.size == 0, f"first mismatch: {[hex(x) for x in q[bad[0]]]} keys max {want[bad[0]]:#010x} got {got[bad[0]]:#010x}"
 
 
 @pytest.mark.skipif(os.environ.get("FIB_KEYS_EXHAUSTIVE") != "1", reason="FIB_KEYS_EXHAUSTIVE=1: all 2^32 patterns")

@@ -62,7 +62,8 @@ def test_cluster_listing_summary_same_tokens(src, V):
     edges; logits rows at, inside and past the edges of the logit bins' window (bin-edge values
     with the float just below each, all above 2^10, all within +-2^-6, all below -2^10, log-uniform
     magnitudes of both signs), a row with NaN, -0 and negative (probs) / -inf (logits) entries among
-    its largest, a row with a +inf; k from 1 to 2048; the tokens must equal the streaming kernel's under 2, 4 and 8 CTAs
+    its largest, a row with a +inf; probs rows at and past the edges of the prob bins' window (all
+    at or above 2, all below 2^-31, bin-edge values with the float just below each); k from 1 to 2048; the tokens must equal the streaming kernel's under 2, 4 and 8 CTAs
     per row, in both orders, except where the cluster kernel samples by rejection (k > 1024, joint
     rows with k > 256: there no draw may fall outside the top-k)."""
     B = 12
@@ -92,6 +93,19 @@ def test_cluster_listing_summary_same_tokens(src, V):
                               1.0 + 2.0 ** -7, 4.0 - 2.0 ** -5, 1023.0, 1024.0 - 2.0 ** -4], device=DEV)
     lg[11, torch.randperm(V, generator=gen, device=DEV)[:len(edge_vals) * 20]] = edge_vals.repeat(20)
     x = lg if src == "logits" else torch.softmax(lg, -1)
+    if src == "probs":
+        # probs rows around the prob bins' window ([2^-31, 2), 6 mantissa bits; unnormalized rows are
+        # weights as well): all at or above 2 (one saturated bin), all below 2^-31 (bin 0: every token
+        # at or above the bound, the radix path), and bin-edge values with the float just below each
+        # over a smaller background
+        x = x.clone()
+        x[8] = 2.0 + torch.rand(V, generator=gen, device=DEV) * 100
+        x[9] = torch.rand(V, generator=gen, device=DEV) * 1e-12
+        pe = torch.tensor([2.0 ** -10, 2.0 ** -10 * (1 + 1 / 64), 2.0 ** -10 * (1 + 63 / 64), 2.0 ** -9, 2.0 ** -31,
+                           1.0, 2.0 - 2.0 ** -6], device=DEV)
+        pnear = torch.cat([pe, torch.nextafter(pe, torch.zeros_like(pe))])
+        x[10] = torch.rand(V, generator=gen, device=DEV) * 1e-6
+        x[10, torch.randperm(V, generator=gen, device=DEV)[:len(pnear) * 20]] = pnear.repeat(20)
     # the load's integer keys (key_of_bits: the NaN / -0 / negative rules) on the listing's path:
     # NaN, -0, negative probs and -inf logits among the candidates of row 7; a +inf in row 0 sends
     # that row past the listing to the radix path

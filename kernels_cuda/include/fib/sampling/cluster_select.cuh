@@ -64,6 +64,21 @@ __device__ __forceinline__ uint32_t logit_bin_floor(int b) {
   return (0x7ffeu - 2u * static_cast<uint32_t>(kLogitF0 + 1023 - b)) << 16;
 }
 
+// Prob bins: the same for probs rows of that instantiation. The 11-bit key digit keeps 2 mantissa
+// bits, so a flat row's bound is coarse (B=64 V=32000 flat from probs was the slowest k=50 point the
+// cluster kernel runs: its rows with the most candidates). These keep 6 mantissa bits over
+// [2^-31, 2) (32 binades x 64 = 2048 bins; smaller values share bin 0, larger ones bin 2047),
+// monotone in the key, each bin starting at a key with 17 low zero bits (probs keys are
+// 0x80000000 | the float's bits: key >> 17 is 0x4000 | exponent << 6 | 6 mantissa bits).
+constexpr int kProbF0 = (127 - 31) << 6;  // (exponent << 6 | 6 mantissa bits) of 2^-31
+__device__ __forceinline__ int prob_bin(uint32_t key) {
+  return min(max(static_cast<int>((key >> 17) & 0x3fffu) - kProbF0, 0), 2047);
+}
+// The smallest key whose prob_bin is >= b (0 <= b < 2048).
+__device__ __forceinline__ uint32_t prob_bin_floor(int b) {
+  return b == 0 ? 0x80000000u : (0x80000000u | (static_cast<uint32_t>(kProbF0 + b) << 17));
+}
+
 // Coarse sums of a local histogram (32 bins per group), written before the cluster barrier so
 // that other CTAs read 64 + 32 values per rank instead of 2048.
 template <class T>

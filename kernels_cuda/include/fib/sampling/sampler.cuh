@@ -229,10 +229,15 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
 #endif
     // the slice's keys in place: 4 vectors per thread loaded before any is stored (a store may
     // alias a later load, so one at a time each load waited out the store before it), the key in
-    // integer operations, the row's kind outside the loop
+    // integer operations, the row's kind outside the loop. summ_ok rows (ST false) leave the fp32
+    // bits in place and take each vector's largest key alone (vec_max_key): their candidate listing
+    // converts the few vectors it reads, and every other path converts the slice first
+    // (ensure_keys below). The conversion was most of the load: per-warp profile (H100, B=64
+    // V=32000 S=2, 8 vectors a thread) 1858 cycles from probs, 3222 from logits after the TMA.
     uint4* sk4 = reinterpret_cast<uint4*>(skeys);
-    auto convert = [&](auto lg) {
+    auto convert = [&](auto lg, auto st) {
       constexpr bool LG = decltype(lg)::value;
+      constexpr bool ST = decltype(st)::value;
       constexpr int U = 4;
       for (int v0 = tma ? tid : nv; v0 < nv; v0 += U * kThreads) {  // (the vectors of the register path below)
         uint4 q[U];
@@ -243,20 +248,32 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         for (int u = 0; u < U; ++u) {
           const int vi = v0 + u * kThreads;
           if (vi < nv) {
-            const uint32_t k0 = key_of_bits<LG>(q[u].x), k1 = key_of_bits<LG>(q[u].y);
-            const uint32_t k2 = key_of_bits<LG>(q[u].z), k3 = key_of_bits<LG>(q[u].w);
-            const uint32_t vm = max(max(k0, k1), max(k2, k3));
+            uint32_t vm;
+            if constexpr (ST) {
+              const uint32_t k0 = key_of_bits<LG>(q[u].x), k1 = key_of_bits<LG>(q[u].y);
+              const uint32_t k2 = key_of_bits<LG>(q[u].z), k3 = key_of_bits<LG>(q[u].w);
+              vm = max(max(k0, k1), max(k2, k3));
+              sk4[vi] = make_uint4(k0, k1, k2, k3);
+            } else {
+              vm = vec_max_key<LG>(q[u]);
+            }
             dkey = max(dkey, vm);
             if constexpr (SUMM) {
               if (summ_ok) summ[vi] = static_cast<uint16_t>(vm >> 16);
             }
-            sk4[vi] = make_uint4(k0, k1, k2, k3);
           }
         }
       }
     };
-    if (logits) convert(std::true_type{});
-    else convert(std::false_type{});
+    if (SUMM && summ_ok) {
+      if constexpr (SUMM) {
+        if (logits) convert(std::true_type{}, std::false_type{});
+        else convert(std::false_type{}, std::false_type{});
+      }
+    } else {
+      if (logits) convert(std::true_type{}, std::true_type{});
+      else convert(std::false_type{}, std::true_type{});
+    }
 #ifdef FIB_SAMPLING_PROFILE
     FIB_GTIME(pt_);
     FIB_PROF_WMAX(34, clock64() - pc1_);
@@ -296,8 +313,11 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     }
   }
   FIB_PROF(26);
-  // a delegate's bin of the coarse histogram (the summary kernel's logits: logit_bin; else the top 11 bits)
-  const auto delegate_bin = [&](uint32_t key) { return (SUMM && logits) ? logit_bin(key) : static_cast<int>(key >> 21); };
+  // a delegate's bin of the coarse histogram (the summary kernel's logits: logit_bin, probs:
+  // prob_bin; else the top 11 bits)
+  const auto delegate_bin = [&](uint32_t key) {
+    return SUMM ? (logits ? logit_bin(key) : prob_bin(key)) : static_cast<int>(key >> 21);
+  };
   if (use_k && dkey) atomicAdd(&cnt0[delegate_bin(dkey)], 1u);
   {
     uint32_t wm = __reduce_max_sync(0xffffffffu, dkey);
@@ -421,7 +441,9 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     else
       cluster_select(cnt0, sh_csum[0], S, static_cast<uint64_t>(k), &sh_b, &sh_above, &sh_v, sh_scratch, &sh_grp,
                      &sh_gabove, sh_pcsum);
-    const uint32_t L = sh_b < 0 ? 0u : (SUMM && logits) ? logit_bin_floor(sh_b) : (static_cast<uint32_t>(sh_b) << 21);
+    const uint32_t L = sh_b < 0 ? 0u
+                       : SUMM     ? (logits ? logit_bin_floor(sh_b) : prob_bin_floor(sh_b))
+                                  : (static_cast<uint32_t>(sh_b) << 21);
     FIB_PROF(3);
     // ---- 2a. direct candidates: when at most 2048 tokens of the row lie at or above L (the usual
     // case for k up to a few hundred), gather them into rank 0 and select exactly there (sorted by
@@ -440,18 +462,23 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
             list[pos] = (static_cast<uint64_t>(key) << 32) | (0xffffffffu - static_cast<uint32_t>(start + i));
         }
       };
-      if (summ_ok && !need_all) {  // the vectors whose largest key reaches L, then the tail keys
+      if (summ_ok && !need_all) {  // the vectors whose largest key reaches L (fp32 bits: their keys here), then the tail keys
         const uint4* sk4 = reinterpret_cast<const uint4*>(skeys);
         const uint32_t L16 = L >> 16;
-        for (int v = tid; v < nv; v += kThreads) {
-          if (summ[v] >= L16) {
-            const uint4 q = sk4[v];
-            visit(q.x, 4 * v);
-            visit(q.y, 4 * v + 1);
-            visit(q.z, 4 * v + 2);
-            visit(q.w, 4 * v + 3);
+        auto list_vectors = [&](auto lg) {
+          constexpr bool LG = decltype(lg)::value;
+          for (int v = tid; v < nv; v += kThreads) {
+            if (summ[v] >= L16) {
+              const uint4 q = sk4[v];
+              visit(key_of_bits<LG>(q.x), 4 * v);
+              visit(key_of_bits<LG>(q.y), 4 * v + 1);
+              visit(key_of_bits<LG>(q.z), 4 * v + 2);
+              visit(key_of_bits<LG>(q.w), 4 * v + 3);
+            }
           }
-        }
+        };
+        if (logits) list_vectors(std::true_type{});
+        else list_vectors(std::false_type{});
         for (int i = nv * 4 + tid; i < n; i += kThreads) visit(skeys[i], i);
       } else if (resident && (n & 3) == 0) {  // resident keys, 4 per shared-memory load
         const uint4* sk4 = reinterpret_cast<const uint4*>(skeys);
@@ -619,9 +646,27 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         cl_sync();  // (XP, an overflowed list) the radix path, as after the other rows' barrier
       }
     }
+    // summ_ok rows that go on from here (no candidate path, or its list overflowed) turn their
+    // slice into keys first: the load left fp32 bits in place (block-uniform; after the candidate
+    // path's last read of them)
+    if constexpr (SUMM) {
+      if (summ_ok) {
+        uint4* const sk4 = reinterpret_cast<uint4*>(skeys);
+        auto to_keys = [&](auto lg) {
+          constexpr bool LG = decltype(lg)::value;
+          for (int v = tid; v < nv; v += kThreads) {
+            const uint4 q = sk4[v];
+            sk4[v] = make_uint4(key_of_bits<LG>(q.x), key_of_bits<LG>(q.y), key_of_bits<LG>(q.z), key_of_bits<LG>(q.w));
+          }
+        };
+        if (logits) to_keys(std::true_type{});
+        else to_keys(std::false_type{});
+        __syncthreads();
+      }
+    }
     // (the radix digits are 11 bits: their bound is L rounded down to one; a lower bound of the
     // k-th key still, and a digit boundary, so a whole kept bucket lies at or above it)
-    const uint32_t Lr = (SUMM && logits) ? (L & 0xffe00000u) : L;
+    const uint32_t Lr = SUMM ? (L & 0xffe00000u) : L;
     uint32_t prefix = 0, mask = 0;
     uint64_t rem = static_cast<uint64_t>(k);
     for (int pass = 0; pass < 3; ++pass) {
