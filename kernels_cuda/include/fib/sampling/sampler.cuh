@@ -231,9 +231,10 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     // alias a later load, so one at a time each load waited out the store before it), the key in
     // integer operations, the row's kind outside the loop. summ_ok rows (ST false) leave the fp32
     // bits in place and take each vector's largest key alone (vec_max_key): their candidate listing
-    // converts the few vectors it reads, and every other path converts the slice first
-    // (ensure_keys below). The conversion was most of the load: per-warp profile (H100, B=64
-    // V=32000 S=2, 8 vectors a thread) 1858 cycles from probs, 3222 from logits after the TMA.
+    // converts the few vectors it reads, and a row that goes on to the radix path converts its
+    // slice there first. The conversion was most of the load: per-warp profile (H100, B=64 V=32000,
+    // 2 CTAs, 8 vectors a thread) 1858 cycles from probs, 3222 from logits after the TMA; without
+    // the stores 1148 / 1551 (journal: "The listing rows keep the fp32 bits; prob bins").
     uint4* sk4 = reinterpret_cast<uint4*>(skeys);
     auto convert = [&](auto lg, auto st) {
       constexpr bool LG = decltype(lg)::value;
