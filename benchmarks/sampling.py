@@ -12,8 +12,8 @@ Device time: CUDA graph of 4 calls on 4 different inputs (so input-dependent tim
 inputs), replayed; median per call over 5 repeats. Host cost: wall clock of 1000 back-to-back calls at
 B=1, V=32000 (best of 3). Floor = B*V*4 bytes / the device's copy bandwidth, measured at the start of
 the run (a 2 GiB device-to-device copy, bytes read + written; 4285 GB/s on our H200). Grids before
-2026-12-06 06:00 UTC used 4285 GB/s on every device, so their H100 floors are ~20% low (the ratios to
-the floor ~20% high).
+2026-12-06 06:00 UTC used 4285 GB/s on every device, so their H100 floors are ~30% low (an H100 copies
+at ~3000 GB/s) and their ratios to the floor ~40% high.
 
 Writes benchmarks/results/sampling_<gpu>.json, .md and .log (or --out DIR), <gpu> the device's model
 (sampling_h200.*, sampling_h100.*).
