@@ -171,6 +171,9 @@ _SPECS: Dict[str, _Spec] = {
         "Cluster kernel (sm_90): fp32 top-k calls from probs in clusters of 2..this many CTAs per row run its exchange "
         "instantiation (sampler_kernel<kF32, true, false, true>: delegates and the ranks' ordered top-k lists sent "
         "with st.async, no cluster barrier for rows with top_k <= 256; 0 or 1: never)."),
+    "FIB_SAMPLING_CLUSTER_PUSH_LOGITS": _Spec(_bool, False,
+        "Cluster kernel (sm_90): calls from logits take the exchange instantiation as well (FIB_SAMPLING_CLUSTER_PUSH_MAX_S "
+        "bounds the cluster size); off by default, for A/B runs."),
     "FIB_SAMPLING_EXPLICIT_STREAM": _Spec(_bool, False,
         "Pass torch's current stream explicitly instead of tvm-ffi's stream context (debugging)."),
 }

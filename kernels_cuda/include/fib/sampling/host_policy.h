@@ -48,6 +48,9 @@ struct DevInfo {
   // the H100 (sampling_ab_push_probs_h100.json), and the H200 grid of the exchange for both had those
   // rows ~0.6 us slower than the one before it (sampling_h200.md)
   int push_max_s = 2;
+  // FIB_SAMPLING_CLUSTER_PUSH_LOGITS (default 0): calls from logits take the exchange as well (for
+  // A/B runs: the measurement above was taken while the load still stored every key)
+  bool push_logits = false;
   // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size (from half of it
   // for rows of at most 320 KB) runs the one-pass plain kernel (plain.cuh)
   int plain_min_b = 128;
@@ -187,6 +190,7 @@ const DevInfo& dev_info(int dev) {
     if (const char* e = std::getenv("FIB_SAMPLING_GATHER_CAP")) d.gather_cap = std::atoi(e);
     if (d.gather_cap > fs::kGatherCap) d.gather_cap = fs::kGatherCap;
     if (const char* e = std::getenv("FIB_SAMPLING_CLUSTER_PUSH_MAX_S")) d.push_max_s = std::atoi(e);
+    if (const char* e = std::getenv("FIB_SAMPLING_CLUSTER_PUSH_LOGITS")) d.push_logits = env_flag(e, d.push_logits);
     prepare_kernel<fs::kF32>(d);
     prepare_kernel<fs::kBF16>(d);
     prepare_kernel<fs::kF16>(d);
