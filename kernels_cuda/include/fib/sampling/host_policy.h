@@ -48,8 +48,12 @@ struct DevInfo {
   // the H100 (sampling_ab_push_probs_h100.json), and the H200 grid of the exchange for both had those
   // rows ~0.6 us slower than the one before it (sampling_h200.md)
   int push_max_s = 2;
-  // FIB_SAMPLING_CLUSTER_PUSH_LOGITS (default 0): calls from logits take the exchange as well (for
-  // A/B runs: the measurement above was taken while the load still stored every key)
+  // FIB_SAMPLING_CLUSTER_PUSH_LOGITS (default 0): calls from logits take the exchange as well. Since
+  // the listing rows stopped storing keys it gains a little on the H100 (B=64 V=32000 k=50 from
+  // logits 11.03 / 10.97 -> 10.88 / 10.86 us, joint 12.55 / 12.49 -> 12.36 / 12.29; the sampling GPU
+  // suite passed with it on: sampling_ab_push_logits_h100.json, sampling_push_logits_h100_pytest.log),
+  // but the H200 grid of the exchange for both had those rows ~0.6 us slower (78155bd, with the key
+  // stores): off until an H200 A/B of this build
   bool push_logits = false;
   // FIB_SAMPLING_PLAIN_MIN_B: plain sampling (no filter) of batches from this size (from half of it
   // for rows of at most 320 KB) runs the one-pass plain kernel (plain.cuh)
