@@ -14,9 +14,10 @@ the list done, 3 sent (rank r > 0) or drawn (rank 0). Two-pass kernel slots are 
 twopass.cuh; 20 rank 0's own list ranked, 21 the other lists in, 22 past the block barrier; per
 CTA: 0 entry, 1 pass end, 2 candidates, 3 sent or drawn). Every kernel's draw on at most 64
 candidates (finish_sorted64, warp 0): 28 entry, 29 weights scanned, 30 nucleus and kept total, 31
-the token stored. The cluster kernel's fp32 load, per warp (slowest warp of row 0 / rank 0): w32 cycles in
-the TMA wait, w33 past it, w34 cycles converting to keys, w35 done (us since the entry). Every slot a call reached is kept (slots it did not reach keep an older call's
-value; those read as negative or beyond the graph time and are dropped).
+the token stored. The cluster kernel's fp32 load, the slowest warp of row 0 / rank 0: w32 its cycles
+in the TMA wait, w33 past it, w34 its cycles converting to keys (or, for the listing rows, taking the
+vector maxima), w35 done (us since the entry). Every slot a call reached is kept (slots it did not
+reach keep an older call's value; those read as negative or beyond the graph time and are dropped).
 
     FIB_KERNELS_DIR=<profile build> python benchmarks/sampling_small_profile.py [--out DIR]
 """

@@ -147,7 +147,7 @@ void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t
     if constexpr (DT == fs::kF32) {
       if (p.has_topk)
         kern = gather ? fs::sampler_kernel<DT, true, true>
-               : (c.S >= 2 && c.S <= d.push_max_s && (!p.is_logits || d.push_logits)) ? fs::sampler_kernel<DT, true, false, true>  // (the exchange: probs)
+               : (c.S >= 2 && c.S <= d.push_max_s && (!p.is_logits || d.push_logits)) ? fs::sampler_kernel<DT, true, false, true>  // (the exchange: probs; logits with FIB_SAMPLING_CLUSTER_PUSH_LOGITS)
                                                    : fs::sampler_kernel<DT, true>;
     } else {
       if (gather) kern = fs::sampler_kernel<DT, false, true>;

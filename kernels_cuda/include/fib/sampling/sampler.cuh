@@ -182,10 +182,9 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   }
 
 #ifdef FIB_SAMPLING_PROFILE
-  if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0)
-    {
+  if (blockIdx.y == 0 && threadIdx.x == 0 && cl_rank() == 0) {
     for (int q = 10; q < 18; ++q) g_fib_prof[q] = 0ull;
-    for (int q = 32; q < 40; ++q) g_fib_prof[q] = 0ull;
+    for (int q = 32; q < 40; ++q) g_fib_prof[q] = 0ull;  // (FIB_PROF_WMAX's maxima)
   }
 #endif
   auto gkey = [&](int i) -> uint32_t { return f2key(sanitize(load_elem<DT>(in_row, i), logits)); };
