@@ -11,9 +11,9 @@ Extra rows at V=128256: top_p, min_p, plain sampling and top_k alone from probs 
 Device time: CUDA graph of 4 calls on 4 different inputs (so input-dependent times are means over 4
 inputs), replayed; median per call over 5 repeats. Host cost: wall clock of 1000 back-to-back calls at
 B=1, V=32000 (best of 3). Floor = B*V*4 bytes / the device's copy bandwidth, measured at the start of
-the run (a 2 GiB device-to-device copy, bytes read + written; 4285 GB/s on our H200). Grids before
-2026-12-06 06:00 UTC used 4285 GB/s on every device, so their H100 floors are ~30% low (an H100 copies
-at ~3000 GB/s) and their ratios to the floor ~40% high.
+the run (merge_state_device.copy_bandwidth_4g: a 4 GiB device-to-device copy, bytes read + written;
+4285 GB/s on our H200). Grids before 2026-12-06 06:00 UTC used 4285 GB/s on every device, so their
+H100 floors are ~30% low (an H100 copies at ~3000 GB/s) and their ratios to the floor ~40% high.
 
 Writes benchmarks/results/sampling_<gpu>.json, .md and .log (or --out DIR), <gpu> the device's model
 (sampling_h200.*, sampling_h100.*).
@@ -38,32 +38,11 @@ sys.path.insert(0, str(ROOT))
 
 from fib_runtime.kernels import sampling as S  # noqa: E402
 
-BW = 4285e9  # (replaced by copy_bandwidth() at the start of main)
+BW = 4285e9  # (replaced by this device's copy bandwidth at the start of main)
 DEV = "cuda"
 # pass min_top_k=k with the per-row top_k tensor (--no-hint: without; the batches with k > 128 then
 # run the two-pass kernel's default instantiation instead of its large-k one)
 HINT = True
-
-
-def copy_bandwidth():
-    """Bytes read + written per second of a 2 GiB device-to-device copy (median of 5)."""
-    n = 1 << 31
-    a = torch.ones(n, dtype=torch.uint8, device=DEV)
-    b = torch.empty_like(a)
-    for _ in range(2):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(5):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        b.copy_(a)
-        e1.record()
-        torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1) / 1000.0)
-    del a, b
-    torch.cuda.empty_cache()
-    return 2 * n / sorted(ts)[2]
 
 
 def floor_us(B, V, elem=4):
@@ -533,9 +512,11 @@ def main():
     if not FI.ok:
         log(f"FlashInfer not available: {FI.err}")
     meta = run_meta()
+    from merge_state_device import copy_bandwidth_4g  # (the 4 GiB copy the cascade benchmarks anchor on)
+
     global BW
-    BW = copy_bandwidth()
-    meta["copy_GBs"] = BW / 1e9
+    meta["copy_GBs"] = copy_bandwidth_4g()
+    BW = meta["copy_GBs"] * 1e9
     meta["min_top_k_hint"] = HINT
     from fib_runtime import envs
 
