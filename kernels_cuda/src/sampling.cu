@@ -201,6 +201,7 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
   p.rej_min_k = d.rej_min_k;
   p.rej_joint_min_k = d.rej_joint_min_k;
   p.gather_cap = d.gather_cap;
+  p.gather_direct = d.gather_direct ? 1 : 0;
   // the cluster kernel's gathered tail (gather_tail.cuh): calls whose every row has k > rej_min_k
   // (top_k_first; a scalar top_k, or the min_top_k hint), sm_90
   const int64_t min_k = p.top_k_arr ? fs::host::min_k_hint(flags) : static_cast<int64_t>(p.top_k_val);

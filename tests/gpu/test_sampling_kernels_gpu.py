@@ -423,8 +423,9 @@ def test_min_top_k_hint_picks_the_large_k_kernel(src):
 def test_cluster_gathered_tail_same_tokens(src, V, Ss):
     """The cluster kernel's gathered-tail instantiation (gather_tail.cuh; calls whose every row has
     k > 1024: a scalar top_k or the min_top_k hint; kernel code 7000 + S): top_k_first rows finish on
-    rank 0 once a radix pass leaves at most 4032 tokens at or above the k-th largest key's bucket,
-    and return the token of the cluster-wide rejection rounds (the default instantiation: a per-row
+    rank 0 once a radix pass leaves at most 4032 tokens at or above the k-th largest key's bucket
+    (or at once, at 8 CTAs, when at most 4032 reach the delegates' bound: the direct path; row 9's
+    5000 tied top tokens exceed it), and return the token of the cluster-wide rejection rounds (the default instantiation: a per-row
     top_k without the hint) for every row: S CTAs per row, peaked, flat and ascending rows, rows of
     tied values at the top-k boundary (logits rounded to 1/4) and probs rows with zeros, k from 1025
     to 2048 (and 3000: not gathered), per-row top_p down to 0.26 (rows whose sixteen candidates all
@@ -438,6 +439,8 @@ def test_cluster_gathered_tail_same_tokens(src, V, Ss):
         torch.rand(B, 1, generator=gen, device=DEV) < 0.5, 4.0, 0.8)
     lg[:3] = torch.sort(lg[:3], dim=1).values
     lg[3:7] = torch.round(lg[3:7] * 4) / 4  # ties at the boundary
+    # more than 4032 tokens tied at the top: the direct path's count exceeds the cap (the radix path)
+    lg[9, torch.randperm(V, generator=gen, device=DEV)[:min(5000, V // 4)]] = lg[9].max() + 1.0
     if src == "probs":
         x = torch.softmax(lg, -1)
         x[7:9, ::3] = 0.0  # rows with zeros

@@ -125,16 +125,80 @@ __device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, 
   return static_cast<int>(K);
 }
 
+// Every rank, all threads: lists the slice's resident keys >= bound (thread spans, token order) as
+// composites into Yb (at most kGatherCap; the count may exceed it, the entries past it are dropped)
+// and pushes its count into pcnt[rank] of every rank (Yb + kGatherCap of each CTA). scratch: the
+// block scan's kWarps u64. Inline: the direct path calls it from sample_row with the row's state
+// live (a call there made every later path spill around it).
+__device__ __forceinline__ void gather_list(const uint32_t* skeys, int n, int64_t start, uint32_t bound, uint64_t* Yb,
+                                            uint64_t* pcnt, uint64_t* scratch, uint32_t rank, uint32_t S) {
+  const Span sp = thread_span(n);
+  auto key_at = [&](int i) -> uint32_t { return skeys[i]; };
+  uint64_t c = 0;
+  for_span4(skeys, true, key_at, sp, [&](const uint32_t (&kq)[4], int, int cnt) {
+#pragma unroll
+    for (int t = 0; t < 4; ++t) c += (t < cnt && kq[t] >= bound) ? 1u : 0u;
+  });
+  uint64_t tot;
+  uint64_t pos = block_excl_scan_u64(c, scratch, &tot);
+  if (c > 0 && pos < static_cast<uint64_t>(kGatherCap)) {
+    for_span4(skeys, true, key_at, sp, [&](const uint32_t (&kq)[4], int j, int cnt) {
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        if (t < cnt && kq[t] >= bound) {
+          if (pos < static_cast<uint64_t>(kGatherCap))
+            Yb[pos] = (static_cast<uint64_t>(kq[t]) << 32) | (0xffffffffu - static_cast<uint32_t>(start + j + t));
+          ++pos;
+        }
+    });
+  }
+  if (threadIdx.x < S) *cl_remote(&pcnt[rank], threadIdx.x) = tot;
+}
+
+// Every rank, all threads, after gather_list on every rank and a cluster barrier, with at most
+// kGatherCap tokens listed in all: rank 0 gathers the lists into X (in rank order: token order),
+// lets the other CTAs go, finishes the select (gathered_select: prefix / next_pass / rem / v as
+// there) and draws (reject_tail); the token goes to *out. X: the histogram buffer no rank reads any
+// more (the last select's), Yb: the other one (the lists; its last 64 entries the counts, the block
+// scratch and the select's scalars). Not inlined; called where the row ends, so nothing of the
+// caller lives across it.
+static __device__ __noinline__ void gathered_finish(int64_t* out, int row, int V, uint64_t seed, uint64_t offs,
+                                                    uint64_t* X, uint64_t* Yb, uint32_t prefix, int next_pass,
+                                                    uint64_t rem, uint64_t v, WeightCtx wc, uint32_t kmin, float tp) {
+  const uint32_t rank = cl_rank(), S = cl_size();
+  const uint32_t mask =
+      next_pass == 0 ? 0u : (next_pass == 1 ? 0xffe00000u : (next_pass == 2 ? 0xfffffc00u : 0xffffffffu));
+  uint64_t* const pcnt = Yb + kGatherCap;
+  uint64_t* const scratch = pcnt + kMaxCluster;
+  int* const sh_b = reinterpret_cast<int*>(scratch + kWarps);
+  uint64_t* const sh_above = scratch + kWarps + 1;
+  uint64_t* const sh_v = scratch + kWarps + 2;
+  static_assert(kMaxCluster + kWarps + 3 <= 64, "the gathered tail's scalars fit");
+  if (rank == 0) {
+    const int N = gather_lists8(X, Yb, pcnt, S, kGatherCap);
+    __syncthreads();
+    cl_arrive_relaxed();  // (rank 0 has read the other CTAs' lists: they may exit)
+    FIB_PROF(21);
+    const int K = gathered_select(X, N, Yb, prefix, mask, next_pass, rem, next_pass == 0 ? static_cast<uint64_t>(N) : v,
+                                  scratch, sh_b, sh_above, sh_v);
+    FIB_PROF(22);
+    reject_tail(out, row, V, seed, offs, X, K, wc, kmin, tp, Yb, scratch, true);
+    FIB_PROF(9);
+  } else {
+    cl_arrive_relaxed();
+  }
+  cl_wait();
+}
+
 // All ranks of the cluster (every thread), after a top-k radix pass left at most kGatherCap tokens
-// at or above `prefix` (the digits chosen so far, next_pass the first one not chosen; the row's
-// N = (k - rem) + v): the gathered tail (see the top of this file). Each rank lists its keys >=
-// prefix (thread spans, token order) in Yb and pushes the count into rank 0; after one cluster
-// barrier rank 0 gathers the lists into X, lets the others go, and selects and samples alone. dsm:
-// the two histogram buffers (X = buffer xbuf, the one the last pass's select read, free after the
-// barrier; Yb the other one, free since that pass's barrier), then the resident keys (slices of
-// chunk tokens). The token goes to *out. Not inlined, and its state derived here from few
-// arguments: inside sample_row's radix loop it made the cluster kernel spill on every path (ptxas:
-// 0 -> 136 bytes of stack; a call with 25 arguments: 24-40).
+// at or above `prefix` (the digits chosen so far, next_pass the first one not chosen; the row's N =
+// (k - rem) + v): the gathered tail (see the top of this file). Each rank lists its keys >= prefix,
+// then after one cluster barrier gathered_finish. dsm: the two histogram buffers (X = buffer xbuf,
+// the one the last pass's select read, free after the barrier; Yb the other one, free since that
+// pass's barrier), then the resident keys (slices of chunk tokens). Not inlined, and its state
+// derived here from few arguments: inside sample_row's radix loop it made the cluster kernel spill
+// on every path (ptxas: 0 -> 136 bytes of stack; a call with 25 arguments: 24-40). The direct path
+// (sample_row, after the delegate select) runs gather_list, the barrier and gathered_finish itself.
 static __device__ __noinline__ void gathered_tail(int64_t* out, int row, int V, int chunk, uint64_t seed, uint64_t offs,
                                                   unsigned char* dsm, int xbuf, uint32_t prefix, int next_pass,
                                                   uint64_t rem, uint64_t v, WeightCtx wc, uint32_t kmin, float tp) {
@@ -144,48 +208,10 @@ static __device__ __noinline__ void gathered_tail(int64_t* out, int row, int V, 
   uint64_t* const X = reinterpret_cast<uint64_t*>(dsm + xbuf * kHistBufBytes);
   uint64_t* const Yb = reinterpret_cast<uint64_t*>(dsm + (xbuf ^ 1) * kHistBufBytes);
   const uint32_t* const skeys = reinterpret_cast<const uint32_t*>(dsm + 2 * kHistBufBytes);
-  const uint32_t mask = next_pass == 1 ? 0xffe00000u : (next_pass == 2 ? 0xfffffc00u : 0xffffffffu);
-  // Yb's last 64 entries: the counts pushed into rank 0 [kMaxCluster], the block scratch [kWarps],
-  // the select's bin, count above and bucket count
-  uint64_t* const pcnt = Yb + kGatherCap;
-  uint64_t* const scratch = pcnt + kMaxCluster;
-  int* const sh_b = reinterpret_cast<int*>(scratch + kWarps);
-  uint64_t* const sh_above = scratch + kWarps + 1;
-  uint64_t* const sh_v = scratch + kWarps + 2;
-  static_assert(kMaxCluster + kWarps + 3 <= 64, "the gathered tail's scalars fit");
-  const Span sp = thread_span(n);
-  auto key_at = [&](int i) -> uint32_t { return skeys[i]; };
-  uint64_t c = 0;
-  for_span4(skeys, true, key_at, sp, [&](const uint32_t (&kq)[4], int, int cnt) {
-#pragma unroll
-    for (int t = 0; t < 4; ++t) c += (t < cnt && kq[t] >= prefix) ? 1u : 0u;
-  });
-  uint64_t tot;
-  uint64_t pos = block_excl_scan_u64(c, scratch, &tot);
-  if (c > 0) {
-    for_span4(skeys, true, key_at, sp, [&](const uint32_t (&kq)[4], int j, int cnt) {
-#pragma unroll
-      for (int t = 0; t < 4; ++t)
-        if (t < cnt && kq[t] >= prefix)
-          Yb[pos++] = (static_cast<uint64_t>(kq[t]) << 32) | (0xffffffffu - static_cast<uint32_t>(start + j + t));
-    });
-  }
-  if (threadIdx.x == 0) *cl_remote(&pcnt[rank], 0u) = tot;
+  gather_list(skeys, n, start, prefix, Yb, Yb + kGatherCap, Yb + kGatherCap + kMaxCluster, rank, S);
   cl_sync();  // (every rank's list and count written; every remote read of X done)
   FIB_PROF(23);
-  if (rank == 0) {
-    const int N = gather_lists(X, Yb, pcnt, S, kGatherCap);
-    __syncthreads();
-    cl_arrive_relaxed();  // (rank 0 has read the other CTAs' lists: they may exit)
-    FIB_PROF(21);
-    const int K = gathered_select(X, N, Yb, prefix, mask, next_pass, rem, v, scratch, sh_b, sh_above, sh_v);
-    FIB_PROF(22);
-    reject_tail(out, row, V, seed, offs, X, K, wc, kmin, tp, Yb, scratch, true);
-    FIB_PROF(9);
-  } else {
-    cl_arrive_relaxed();
-  }
-  cl_wait();
+  gathered_finish(out, row, V, seed, offs, X, Yb, prefix, next_pass, rem, v, wc, kmin, tp);
 }
 
 }  // namespace sampling

@@ -39,6 +39,10 @@ struct DevInfo {
   // 0: never). H100 (benchmarks/results/sampling_gather_h100.json): k=2048 top-k+top-p B=1 / 16 / 64
   // V=32000 21.9 / 22.5 / 31.8 -> 20.6 / 20.7 / 24.3 us, B=16 V=151936 39.3 -> 29.2, the same tokens
   int gather_cap = fs::kGatherCap;
+  // FIB_SAMPLING_GATHER_DIRECT (default 1): those rows whose delegates bound the k-th largest key
+  // (clusters of 8 CTAs: 4096 delegates) gather every token at or above that bound at once when at
+  // most gather_cap reach it, before any radix pass (gather_tail.cuh, the direct path)
+  bool gather_direct = true;
   // FIB_SAMPLING_CLUSTER_PUSH_MAX_S: fp32 top-k calls from probs in clusters of 2..this many CTAs run
   // the cluster kernel's exchange variant (sampler_kernel<kF32, true, false, true>: delegates and
   // ranked candidate lists by st.async, no cluster barrier, rows with k <= kRankSortMax; 0 or 1:
@@ -193,6 +197,7 @@ const DevInfo& dev_info(int dev) {
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_JOINT_MIN_K")) d.rej_joint_min_k = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_GATHER_CAP")) d.gather_cap = std::atoi(e);
     if (d.gather_cap > fs::kGatherCap) d.gather_cap = fs::kGatherCap;
+    if (const char* e = std::getenv("FIB_SAMPLING_GATHER_DIRECT")) d.gather_direct = env_flag(e, d.gather_direct);
     if (const char* e = std::getenv("FIB_SAMPLING_CLUSTER_PUSH_MAX_S")) d.push_max_s = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_CLUSTER_PUSH_LOGITS")) d.push_logits = env_flag(e, d.push_logits);
     prepare_kernel<fs::kF32>(d);

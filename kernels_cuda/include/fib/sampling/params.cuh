@@ -43,6 +43,9 @@ struct Params {
   // sample_row<DT, SUMM, true>: those top_k_first rows finish on rank 0 once a radix pass leaves at
   // most this many tokens at or above the k-th largest key's bucket (gather_tail.cuh); 0: never
   int gather_cap;
+  // and rows whose delegates bound the k-th largest key go there before any radix pass when at most
+  // gather_cap tokens reach that bound (the direct path; 0: after a radix pass only)
+  int gather_direct;
 };
 
 // Row `row`'s top-k parameter (0 when there is none; int64 values clamped to [0, 2^31-1]).

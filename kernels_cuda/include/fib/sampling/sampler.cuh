@@ -445,6 +445,28 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
                        : SUMM     ? (logits ? logit_bin_floor(sh_b) : prob_bin_floor(sh_b))
                                   : (static_cast<uint32_t>(sh_b) << 21);
     FIB_PROF(3);
+    // (GATHER) the direct gathered tail: where the delegates bound the k-th largest key (L > 0:
+    // S x kThreads delegates, at least k of them at or above L), every rank lists its tokens at or
+    // above L at once (gather_list), and when there are at most p.gather_cap of them in all (~1.35 k
+    // at 8 CTAs on the grid's rows) rank 0 finishes the row from the empty prefix (one more digit
+    // pass, block-local), without the first radix pass over the resident keys and its cluster
+    // barrier. Else (more tokens: ties, fewer CTAs) the radix path below, as before; no rank has
+    // read another's list (buffer 1, which the first pass's histogram then overwrites).
+    if constexpr (GATHER) {
+      if (gather_ok && p.gather_direct && L > 0) {  // (cluster-uniform)
+        uint64_t* const Yb = hbuf(1);
+        gather_list(skeys, n, start, L, Yb, Yb + kGatherCap, Yb + kGatherCap + kMaxCluster, rank, S);
+        cl_sync();  // (every rank's list and count written; every remote read of buffer 0 done)
+        FIB_PROF(23);
+        const uint64_t N = sum_ranks(S, [&](uint32_t r) { return Yb[kGatherCap + r]; });
+        if (N <= static_cast<uint64_t>(p.gather_cap)) {  // (cluster-uniform)
+          const uint32_t kmin = use_m ? f2key(min_p_threshold(wc, logits, T, mp)) : 0u;
+          gathered_finish(p.out_idx + row, row, V, row_seed(p, row), row_offset(p, row), hist, Yb, 0u, 0,
+                          static_cast<uint64_t>(k), 0ull, wc, kmin, tp);
+          return;
+        }
+      }
+    }
     // ---- 2a. direct candidates: when at most 2048 tokens of the row lie at or above L (the usual
     // case for k up to a few hundred), gather them into rank 0 and select exactly there (sorted by
     // value desc, index asc: the top k of that order are the top-k with the lower-index tie rule).
