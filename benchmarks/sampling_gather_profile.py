@@ -32,7 +32,7 @@ from fib_runtime.kernels import sampling as S  # noqa: E402
 
 SLOTS = {"loaded": 1, "sync_a": 2, "delegate": 3, "pass0": 18, "pass1": 19, "pass2": 20, "gather_sync": 23,
          "gathered": 21, "selected": 22, "tail_token": 9, "span_masses": 11, "round_a": 12, "round_b": 13,
-         "round_c": 14, "end15": 15, "end16": 16}
+         "round_c": 14, "end15": 15, "end16": 16, "sel_p0": 4, "sel_p1": 5, "sel_p2": 6}
 
 
 def main():

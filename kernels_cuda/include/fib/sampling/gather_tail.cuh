@@ -86,6 +86,7 @@ __device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, 
     mask |= dmask << shift;
     all_kept = v == rem;
     __syncthreads();  // (every thread has read sh_b / sh_above / sh_v before the next pass resets sh_b)
+    FIB_PROF(4 + q);  // (profile builds: the digit passes on rank 0)
   }
   // kept: key > lo, or key == lo and among the first rem such keys in token order (all of them
   // when the bucket is kept whole: key >= lo)

@@ -139,6 +139,7 @@ static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, ui
   }
   const double tt = ceil(static_cast<double>(tp) * static_cast<double>(total));
   const uint64_t target = tt < 1.0 ? 1ull : static_cast<uint64_t>(tt);
+  FIB_PROF(12);  // (profile builds: the weights and their scan; 13 the first round's candidates, 14 its check)
   for (int round = 0; round < kRejRounds; ++round) {
     uint64_t r[4];
     round_randoms(seed, offs, static_cast<uint32_t>(row), round, r);
@@ -150,6 +151,7 @@ static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, ui
         if (w[q] > 0 && ex[q] <= tgt && tgt < ex[q] + w[q]) cand[c] = T[4 * tid + q];  // (one owner)
     }
     __syncthreads();  // (also: every thread has read the previous round's sums)
+    if (round == 0) FIB_PROF(13);
     // candidates 0-1, then 2-3 only when both fall outside (reject_rounds' order: the same token)
 #pragma unroll 1
     for (int h = 0; h < 4; h += 2) {
@@ -176,6 +178,7 @@ static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, ui
       const uint64_t acc = a0 < target ? va : (a1 < target ? vb : 0ull);
       if (acc != 0ull) {
         if (tid == 0) *out = static_cast<int64_t>(comp_index(acc));
+        FIB_PROF(14);
         return;
       }
     }
