@@ -28,12 +28,16 @@ static_assert(kCand <= kRejTailMaxK, "the gathered tail's top-k sets fit reject_
 
 // Rank 0, all threads: the exact top-k (value desc, lower token index first on ties) of the N
 // gathered composites X[0..N) (key << 32 | ~index, ascending token index), given the radix state
-// after the cluster's last pass (prefix / mask: the digits chosen so far, rem of v tokens in the
-// chosen bucket still to take, next_pass: the first digit not yet chosen), compacted in token
-// order to X[0..k) and zero-padded to a power of two. Y: kGatherCap u64 of scratch. Returns k.
-__device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, uint32_t prefix, uint32_t mask,
-                                               int next_pass, uint64_t rem, uint64_t v, uint64_t* scratch,
-                                               int* sh_b, uint64_t* sh_above, uint64_t* sh_v) {
+// so far: every key's bits above `top` are chosen (prefix: those bits; rem of the v tokens whose
+// key matches them still to take; the other keys are above them and kept). The remaining bits go
+// in digits of at most 11 bits from the top (at most 3 passes, block-local histograms; the bins of
+// two passes alternate between two halves of Y, so a pass zeroes the next one's without a barrier
+// of its own). The exact top k, in token order, go to X[0..k) (zero-padded to a power of two) and
+// to T[0..k) (reject_tail's token-order copy). Y: 2 x kBins u32 (bins), T may alias it (written
+// after the last bin is read). sh_b / sh_above / sh_v: 3 slots each (one per pass). Returns k.
+__device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, uint64_t* T, uint32_t prefix, int top,
+                                               uint64_t rem, uint64_t v, uint64_t* scratch, int* sh_b,
+                                               uint64_t* sh_above, uint64_t* sh_v) {
   const int tid = threadIdx.x;
   uint64_t e[8];
   uint32_t key[8];
@@ -44,16 +48,20 @@ __device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, 
     key[j] = static_cast<uint32_t>(e[j] >> 32);
   }
   bool all_kept = v == rem;  // the whole chosen bucket is kept: every key >= prefix
-  uint32_t* const cnt = reinterpret_cast<uint32_t*>(Y);
-  for (int q = next_pass; q < 3 && !all_kept; ++q) {
-    const int shift = q == 0 ? 21 : (q == 1 ? 10 : 0);
-    const uint32_t dmask = q == 2 ? 0x3ffu : 0x7ffu;
-    for (int b = tid; b < kBins; b += kThreads) cnt[b] = 0u;
-    if (tid == 0) *sh_b = -1;
-    __syncthreads();
+  uint32_t* const cnt0 = reinterpret_cast<uint32_t*>(Y);
+  for (int b = tid; b < kBins; b += kThreads) cnt0[b] = 0u;
+  if (tid < 3) sh_b[tid] = -1;
+  __syncthreads();
+  for (int q = 0; top > 0 && !all_kept; ++q) {  // (top <= 32: at most 3 passes)
+    uint32_t* const cnt = cnt0 + (q & 1) * kBins;
+    const int shift = top > 11 ? top - 11 : 0;
+    const uint32_t dmask = (1u << (top - shift)) - 1u;
+    const uint32_t mask = top >= 32 ? 0u : ~((1u << top) - 1u);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       if (8 * tid + j < N && (key[j] & mask) == prefix) atomicAdd(&cnt[(key[j] >> shift) & dmask], 1u);
+    uint32_t* const nxt = cnt0 + ((q + 1) & 1) * kBins;  // (the previous pass's bins: read before its scan's barriers)
+    for (int b = tid; b < kBins; b += kThreads) nxt[b] = 0u;
     __syncthreads();
     // thread t owns bins 2047 - 4t .. 2044 - 4t (descending): its exclusive scan is the count above
     uint32_t c4[4];
@@ -68,24 +76,23 @@ __device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, 
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (c4[j] > 0 && above < rem && rem <= above + c4[j]) {
-        *sh_b = kBins - 1 - 4 * tid - j;
-        *sh_above = above;
-        *sh_v = c4[j];
+        sh_b[q] = kBins - 1 - 4 * tid - j;
+        sh_above[q] = above;
+        sh_v[q] = c4[j];
       }
       above += c4[j];
     }
     __syncthreads();
-    const int b = *sh_b;
+    const int b = sh_b[q];
     if (b < 0) {  // (cannot happen: rem <= the keys matching the prefix) keep the bucket whole
       all_kept = true;
       break;
     }
-    rem -= *sh_above;
-    v = *sh_v;
+    rem -= sh_above[q];
+    v = sh_v[q];
     prefix |= static_cast<uint32_t>(b) << shift;
-    mask |= dmask << shift;
+    top = shift;
     all_kept = v == rem;
-    __syncthreads();  // (every thread has read sh_b / sh_above / sh_v before the next pass resets sh_b)
     FIB_PROF(4 + q);  // (profile builds: the digit passes on rank 0)
   }
   // kept: key > lo, or key == lo and among the first rem such keys in token order (all of them
@@ -115,10 +122,14 @@ __device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, 
     }
   }
   uint64_t K;
-  uint64_t pos = block_excl_scan_u64(kc, scratch, &K);  // (its barriers: every X entry is read)
+  uint64_t pos = block_excl_scan_u64(kc, scratch, &K);  // (its barriers: every X entry and bin is read)
 #pragma unroll
   for (int j = 0; j < 8; ++j)
-    if (kept[j]) X[pos++] = e[j];
+    if (kept[j]) {
+      X[pos] = e[j];
+      T[pos] = e[j];
+      ++pos;
+    }
   int P = 32;
   while (P < static_cast<int>(K)) P <<= 1;
   for (int j = static_cast<int>(K) + tid; j < P; j += kThreads) X[j] = 0ull;
@@ -158,32 +169,33 @@ __device__ __forceinline__ void gather_list(const uint32_t* skeys, int n, int64_
 
 // Every rank, all threads, after gather_list on every rank and a cluster barrier, with at most
 // kGatherCap tokens listed in all: rank 0 gathers the lists into X (in rank order: token order),
-// lets the other CTAs go, finishes the select (gathered_select: prefix / next_pass / rem / v as
-// there) and draws (reject_tail); the token goes to *out. X: the histogram buffer no rank reads any
+// lets the other CTAs go, finishes the select (gathered_select: prefix / top / rem / v as there;
+// v == 0: every gathered token matches the prefix, v = N) and draws (reject_tail); the token goes
+// to *out. X: the histogram buffer no rank reads any
 // more (the last select's), Yb: the other one (the lists; its last 64 entries the counts, the block
 // scratch and the select's scalars). Not inlined; called where the row ends, so nothing of the
 // caller lives across it.
 static __device__ __noinline__ void gathered_finish(int64_t* out, int row, int V, uint64_t seed, uint64_t offs,
-                                                    uint64_t* X, uint64_t* Yb, uint32_t prefix, int next_pass,
+                                                    uint64_t* X, uint64_t* Yb, uint32_t prefix, int top,
                                                     uint64_t rem, uint64_t v, WeightCtx wc, uint32_t kmin, float tp) {
   const uint32_t rank = cl_rank(), S = cl_size();
-  const uint32_t mask =
-      next_pass == 0 ? 0u : (next_pass == 1 ? 0xffe00000u : (next_pass == 2 ? 0xfffffc00u : 0xffffffffu));
   uint64_t* const pcnt = Yb + kGatherCap;
   uint64_t* const scratch = pcnt + kMaxCluster;
   int* const sh_b = reinterpret_cast<int*>(scratch + kWarps);
-  uint64_t* const sh_above = scratch + kWarps + 1;
-  uint64_t* const sh_v = scratch + kWarps + 2;
-  static_assert(kMaxCluster + kWarps + 3 <= 64, "the gathered tail's scalars fit");
+  uint64_t* const sh_above = scratch + kWarps + 2;
+  uint64_t* const sh_v = scratch + kWarps + 5;
+  static_assert(kMaxCluster + kWarps + 8 <= 64, "the gathered tail's scalars fit");
+  static_assert(2 * kBins * 4 <= kGatherCap * 8 && kRejTailMaxK * 8 <= kGatherCap * 8, "the bins and T fit Yb");
   if (rank == 0) {
     const int N = gather_lists8(X, Yb, pcnt, S, kGatherCap);
     __syncthreads();
     cl_arrive_relaxed();  // (rank 0 has read the other CTAs' lists: they may exit)
     FIB_PROF(21);
-    const int K = gathered_select(X, N, Yb, prefix, mask, next_pass, rem, next_pass == 0 ? static_cast<uint64_t>(N) : v,
-                                  scratch, sh_b, sh_above, sh_v);
+    // (Yb: the bins, then reject_tail's scratch, whose first kRejTailMaxK entries, T, get the set)
+    const int K = gathered_select(X, N, Yb, Yb, prefix, top, rem, v == 0 ? static_cast<uint64_t>(N) : v, scratch, sh_b,
+                                  sh_above, sh_v);
     FIB_PROF(22);
-    reject_tail(out, row, V, seed, offs, X, K, wc, kmin, tp, Yb, scratch, true);
+    reject_tail(out, row, V, seed, offs, X, K, wc, kmin, tp, Yb, scratch, 2);
     FIB_PROF(9);
   } else {
     cl_arrive_relaxed();
@@ -212,7 +224,8 @@ static __device__ __noinline__ void gathered_tail(int64_t* out, int row, int V, 
   gather_list(skeys, n, start, prefix, Yb, Yb + kGatherCap, Yb + kGatherCap + kMaxCluster, rank, S);
   cl_sync();  // (every rank's list and count written; every remote read of X done)
   FIB_PROF(23);
-  gathered_finish(out, row, V, seed, offs, X, Yb, prefix, next_pass, rem, v, wc, kmin, tp);
+  gathered_finish(out, row, V, seed, offs, X, Yb, prefix, next_pass == 1 ? 21 : (next_pass == 2 ? 10 : 0), rem, v, wc,
+                  kmin, tp);
 }
 
 }  // namespace sampling

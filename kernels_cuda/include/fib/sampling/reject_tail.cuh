@@ -92,7 +92,7 @@ __device__ __forceinline__ void sort_by_index(const uint64_t* G, int nc, int V, 
 
 // The cluster kernel's rejection rounds on the exact top-k set G[0..nc) of a row of V tokens (any
 // order, or ascending token index where in_order: the cluster kernel's gathered tail, whose set is
-// copied instead of sorted; top_k_first, tp >= 0.25, wc.kind 0 or 1; kmin: the min-p key, 0
+// copied instead of sorted (in_order 2: already copied to scr's first nc entries, T); top_k_first, tp >= 0.25, wc.kind 0 or 1; kmin: the min-p key, 0
 // without min-p), and its
 // fallback; seed / offs: the row's Philox seed and offset. Writes the token to *out. G is sorted by
 // value in place on the fallback only (G zero-padded to the power of two above nc, as
@@ -101,13 +101,15 @@ __device__ __forceinline__ void sort_by_index(const uint64_t* G, int nc, int V, 
 // pass's loops spill.
 static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, uint64_t seed, uint64_t offs, uint64_t* G,
                                          int nc, WeightCtx wc, uint32_t kmin, float tp, uint64_t* scr,
-                                         uint64_t* s_scratch, bool in_order = false) {
+                                         uint64_t* s_scratch, int in_order = 0) {
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
   uint64_t* const T = scr;
   uint32_t* const off = reinterpret_cast<uint32_t*>(scr + kRejTailMaxK);
   uint64_t* const cand = scr + kRejTailMaxK + kBins / 2;                                             // [4]
   uint64_t(*const ws)[kWarps] = reinterpret_cast<uint64_t(*)[kWarps]>(scr + kRejTailMaxK + kBins / 2 + 4);  // [4]
-  if (in_order) {
+  if (in_order == 2) {
+    // (T = scr holds G already, in token order: the gathered tail's select wrote both)
+  } else if (in_order) {
 #pragma unroll
     for (int q = 0; q < 4; ++q)
       if (4 * tid + q < nc) T[4 * tid + q] = G[4 * tid + q];

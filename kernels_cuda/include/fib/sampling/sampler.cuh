@@ -448,8 +448,8 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     // (GATHER) the direct gathered tail: where the delegates bound the k-th largest key (L > 0:
     // S x kThreads delegates, at least k of them at or above L), every rank lists its tokens at or
     // above L at once (gather_list), and when there are at most p.gather_cap of them in all (~1.35 k
-    // at 8 CTAs on the grid's rows) rank 0 finishes the row from the empty prefix (one more digit
-    // pass, block-local), without the first radix pass over the resident keys and its cluster
+    // at 8 CTAs on the grid's rows) rank 0 finishes the row from the bits that L and the row's
+    // largest key share (up to 3 digit passes, block-local), without the first radix pass over the resident keys and its cluster
     // barrier. Else (more tokens: ties, fewer CTAs) the radix path below, as before; no rank has
     // read another's list (buffer 1, which the first pass's histogram then overwrites).
     if constexpr (GATHER) {
@@ -461,7 +461,10 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         const uint64_t N = sum_ranks(S, [&](uint32_t r) { return Yb[kGatherCap + r]; });
         if (N <= static_cast<uint64_t>(p.gather_cap)) {  // (cluster-uniform)
           const uint32_t kmin = use_m ? f2key(min_p_threshold(wc, logits, T, mp)) : 0u;
-          gathered_finish(p.out_idx + row, row, V, row_seed(p, row), row_offset(p, row), hist, Yb, 0u, 0,
+          // every gathered key lies in [L, maxkey]: their common top bits are chosen already
+          const int top = 32 - __clz(L ^ maxkey);
+          const uint32_t pre = top >= 32 ? 0u : (L & ~((1u << top) - 1u));
+          gathered_finish(p.out_idx + row, row, V, row_seed(p, row), row_offset(p, row), hist, Yb, pre, top,
                           static_cast<uint64_t>(k), 0ull, wc, kmin, tp);
           return;
         }
