@@ -171,10 +171,9 @@ __device__ __forceinline__ void gather_list(const uint32_t* skeys, int n, int64_
 // kGatherCap tokens listed in all: rank 0 gathers the lists into X (in rank order: token order),
 // lets the other CTAs go, finishes the select (gathered_select: prefix / top / rem / v as there;
 // v == 0: every gathered token matches the prefix, v = N) and draws (reject_tail); the token goes
-// to *out. X: the histogram buffer no rank reads any
-// more (the last select's), Yb: the other one (the lists; its last 64 entries the counts, the block
-// scratch and the select's scalars). Not inlined; called where the row ends, so nothing of the
-// caller lives across it.
+// to *out. X: the histogram buffer no rank reads any more (the last select's), Yb: the other one
+// (the lists; its last 64 entries the counts, the block scratch and the select's scalars). Not
+// inlined; called where the row ends, so nothing of the caller lives across it.
 static __device__ __noinline__ void gathered_finish(int64_t* out, int row, int V, uint64_t seed, uint64_t offs,
                                                     uint64_t* X, uint64_t* Yb, uint32_t prefix, int top,
                                                     uint64_t rem, uint64_t v, WeightCtx wc, uint32_t kmin, float tp) {

@@ -92,13 +92,12 @@ __device__ __forceinline__ void sort_by_index(const uint64_t* G, int nc, int V, 
 
 // The cluster kernel's rejection rounds on the exact top-k set G[0..nc) of a row of V tokens (any
 // order, or ascending token index where in_order: the cluster kernel's gathered tail, whose set is
-// copied instead of sorted (in_order 2: already copied to scr's first nc entries, T); top_k_first, tp >= 0.25, wc.kind 0 or 1; kmin: the min-p key, 0
-// without min-p), and its
-// fallback; seed / offs: the row's Philox seed and offset. Writes the token to *out. G is sorted by
-// value in place on the fallback only (G zero-padded to the power of two above nc, as
-// sort_desc_top needs). scr: kRejTailScratch u64. All threads. Not inlined: it runs once per row,
-// and inlined into the two-pass kernel for two CTAs per SM (64 registers) it made the first
-// pass's loops spill.
+// copied instead of sorted; in_order 2: already copied to scr's first nc entries, T; top_k_first,
+// tp >= 0.25, wc.kind 0 or 1; kmin: the min-p key, 0 without min-p), and its fallback; seed /
+// offs: the row's Philox seed and offset. Writes the token to *out. G is sorted by value in place
+// on the fallback only (G zero-padded to the power of two above nc, as sort_desc_top needs). scr:
+// kRejTailScratch u64. All threads. Not inlined: it runs once per row, and inlined into the
+// two-pass kernel for two CTAs per SM (64 registers) it made the first pass's loops spill.
 static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, uint64_t seed, uint64_t offs, uint64_t* G,
                                          int nc, WeightCtx wc, uint32_t kmin, float tp, uint64_t* scr,
                                          uint64_t* s_scratch, int in_order = 0) {
