@@ -165,7 +165,7 @@ _SPECS: Dict[str, _Spec] = {
         "top_k or the min_top_k hint), top_k_first rows finish on one CTA once a radix pass leaves at most this many "
         "tokens at or above the k-th largest key's bucket (the gathered tail; at most 4032, 0: never)."),
     "FIB_SAMPLING_GATHER_DIRECT": _Spec(_bool, True,
-        "Cluster kernel (sample_row), the gathered tail's rows: where the delegates bound the k-th largest key (8 CTAs "
+        "Cluster kernel (sample_row), the gathered tail's rows: where the delegates bound the k-th largest key (6-8 CTAs "
         "per row), every token at or above that bound goes to one CTA before any radix pass when at most "
         "FIB_SAMPLING_GATHER_CAP reach it (0: only after a radix pass)."),
     "FIB_SAMPLING_REJECT_JOINT_MIN_K": _Spec(_int, 256,

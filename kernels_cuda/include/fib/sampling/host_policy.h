@@ -40,7 +40,7 @@ struct DevInfo {
   // V=32000 21.9 / 22.5 / 31.8 -> 20.6 / 20.7 / 24.3 us, B=16 V=151936 39.3 -> 29.2, the same tokens
   int gather_cap = fs::kGatherCap;
   // FIB_SAMPLING_GATHER_DIRECT (default 1): those rows whose delegates bound the k-th largest key
-  // (clusters of 8 CTAs: 4096 delegates) gather every token at or above that bound at once when at
+  // (clusters of 6-8 CTAs: 3072-4096 delegates) gather every token at or above that bound at once when at
   // most gather_cap reach it, before any radix pass (gather_tail.cuh, the direct path)
   bool gather_direct = true;
   // FIB_SAMPLING_CLUSTER_PUSH_MAX_S: fp32 top-k calls from probs in clusters of 2..this many CTAs run
