@@ -447,7 +447,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
     FIB_PROF(3);
     // (GATHER) the direct gathered tail: where the delegates bound the k-th largest key (L > 0:
     // S x kThreads delegates, at least k of them at or above L), every rank lists its tokens at or
-    // above L at once (gather_list), and when there are at most p.gather_cap of them in all (~1.35 k
+    // above L at once (gather_list), and when there are at most p.gather_cap of them in all (~1.3-1.7 k
     // at 6-8 CTAs on the grid's rows) rank 0 finishes the row from the bits that L and the row's
     // largest key share (up to 3 digit passes, block-local), without the first radix pass over the
     // resident keys and its cluster barrier. Else (more tokens: ties, fewer CTAs) the radix path
