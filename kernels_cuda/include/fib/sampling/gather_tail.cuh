@@ -203,8 +203,8 @@ static __device__ __noinline__ void gathered_finish(int64_t* out, int row, int V
 }
 
 // All ranks of the cluster (every thread), after a top-k radix pass left at most kGatherCap tokens
-// at or above `prefix` (the digits chosen so far, next_pass the first one not chosen; the row's N =
-// (k - rem) + v): the gathered tail (see the top of this file). Each rank lists its keys >= prefix,
+// at or above `prefix` (the digits chosen so far: every bit at or above `top`, the pass's shift; the
+// row's N = (k - rem) + v): the gathered tail (see the top of this file). Each rank lists its keys >= prefix,
 // then after one cluster barrier gathered_finish. dsm: the two histogram buffers (X = buffer xbuf,
 // the one the last pass's select read, free after the barrier; Yb the other one, free since that
 // pass's barrier), then the resident keys (slices of chunk tokens). Not inlined, and its state
@@ -212,7 +212,7 @@ static __device__ __noinline__ void gathered_finish(int64_t* out, int row, int V
 // on every path (ptxas: 0 -> 136 bytes of stack; a call with 25 arguments: 24-40). The direct path
 // (sample_row, after the delegate select) runs gather_list, the barrier and gathered_finish itself.
 static __device__ __noinline__ void gathered_tail(int64_t* out, int row, int V, int chunk, uint64_t seed, uint64_t offs,
-                                                  unsigned char* dsm, int xbuf, uint32_t prefix, int next_pass,
+                                                  unsigned char* dsm, int xbuf, uint32_t prefix, int top,
                                                   uint64_t rem, uint64_t v, WeightCtx wc, uint32_t kmin, float tp) {
   const uint32_t rank = cl_rank(), S = cl_size();
   const int64_t start = static_cast<int64_t>(rank) * chunk;
@@ -223,8 +223,7 @@ static __device__ __noinline__ void gathered_tail(int64_t* out, int row, int V, 
   gather_list(skeys, n, start, prefix, Yb, Yb + kGatherCap, Yb + kGatherCap + kMaxCluster, rank, S);
   cl_sync();  // (every rank's list and count written; every remote read of X done)
   FIB_PROF(23);
-  gathered_finish(out, row, V, seed, offs, X, Yb, prefix, next_pass == 1 ? 21 : (next_pass == 2 ? 10 : 0), rem, v, wc,
-                  kmin, tp);
+  gathered_finish(out, row, V, seed, offs, X, Yb, prefix, top, rem, v, wc, kmin, tp);
 }
 
 }  // namespace sampling

@@ -722,7 +722,7 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
         if (gather_ok && static_cast<uint64_t>(k) - rem + sh_v <= static_cast<uint64_t>(p.gather_cap)) {  // (uniform)
           const uint32_t kmin = use_m ? f2key(min_p_threshold(wc, logits, T, mp)) : 0u;
           gathered_tail(p.out_idx + row, row, V, chunk, row_seed(p, row), row_offset(p, row), dsm, (stage - 1) & 1,
-                        prefix, pass + 1, rem, sh_v, wc, kmin, tp);
+                        prefix, shift, rem, sh_v, wc, kmin, tp);
           return;
         }
       }

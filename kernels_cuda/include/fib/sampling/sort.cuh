@@ -8,27 +8,36 @@
 namespace fib {
 namespace sampling {
 
+// The S CTAs' candidate lists back to back in rank order: off[r] = where rank r's cnt[r] entries
+// start (off[kMaxCluster]: the total; ranks >= S hold none).
+__device__ __forceinline__ void list_offsets(const uint64_t* cnt, uint32_t S, int (&off)[kMaxCluster + 1]) {
+  off[0] = 0;
+#pragma unroll
+  for (int r = 0; r < kMaxCluster; ++r) off[r + 1] = off[r] + (r < static_cast<int>(S) ? static_cast<int>(cnt[r]) : 0);
+}
+// Entry g of those lists, read from its rank's `list` over DSMEM: the last rank starting at or below
+// g holds it (empty ranks start where the next does).
+__device__ __forceinline__ uint64_t list_entry(const uint64_t* list, const int (&off)[kMaxCluster + 1], int g) {
+  uint32_t r = 0;
+  int base = 0;
+#pragma unroll
+  for (int q = 1; q < kMaxCluster; ++q) {
+    if (g >= off[q]) {
+      r = static_cast<uint32_t>(q);
+      base = off[q];
+    }
+  }
+  return cl_remote(const_cast<uint64_t*>(list), r)[g - base];
+}
+
 // Rank 0: copies the S CTAs' candidate lists (`list` in every CTA, cnt[r] entries) into G in rank
 // order, at most cap entries in all; returns that count. Every thread copies entries of any rank,
 // so the remote loads of all ranks are in flight together. All threads; no barrier.
 __device__ __forceinline__ int gather_lists(uint64_t* G, uint64_t* list, const uint64_t* cnt, uint32_t S, int cap) {
   int off[kMaxCluster + 1];
-  off[0] = 0;
-#pragma unroll
-  for (int r = 0; r < kMaxCluster; ++r) off[r + 1] = off[r] + (r < static_cast<int>(S) ? static_cast<int>(cnt[r]) : 0);
+  list_offsets(cnt, S, off);
   const int tot = off[kMaxCluster] < cap ? off[kMaxCluster] : cap;
-  for (int g = threadIdx.x; g < tot; g += kThreads) {
-    uint32_t r = 0;  // the last rank starting at or below g holds it (empty ranks start where the next does)
-    int base = 0;
-#pragma unroll
-    for (int q = 1; q < kMaxCluster; ++q) {
-      if (g >= off[q]) {
-        r = static_cast<uint32_t>(q);
-        base = off[q];
-      }
-    }
-    G[g] = cl_remote(list, r)[g - base];
-  }
+  for (int g = threadIdx.x; g < tot; g += kThreads) G[g] = list_entry(list, off, g);
   return tot;
 }
 
@@ -37,27 +46,13 @@ __device__ __forceinline__ int gather_lists(uint64_t* G, uint64_t* list, const u
 // store before it: G and the remote lists may alias, for all the compiler knows).
 __device__ __forceinline__ int gather_lists8(uint64_t* G, uint64_t* list, const uint64_t* cnt, uint32_t S, int cap) {
   int off[kMaxCluster + 1];
-  off[0] = 0;
-#pragma unroll
-  for (int r = 0; r < kMaxCluster; ++r) off[r + 1] = off[r] + (r < static_cast<int>(S) ? static_cast<int>(cnt[r]) : 0);
+  list_offsets(cnt, S, off);
   const int tot = min(off[kMaxCluster], min(cap, 8 * kThreads));
   uint64_t v[8];
 #pragma unroll
   for (int u = 0; u < 8; ++u) {
     const int g = static_cast<int>(threadIdx.x) + u * kThreads;
-    v[u] = 0ull;
-    if (g < tot) {
-      uint32_t r = 0;
-      int base = 0;
-#pragma unroll
-      for (int q = 1; q < kMaxCluster; ++q) {
-        if (g >= off[q]) {
-          r = static_cast<uint32_t>(q);
-          base = off[q];
-        }
-      }
-      v[u] = cl_remote(list, r)[g - base];
-    }
+    v[u] = g < tot ? list_entry(list, off, g) : 0ull;
   }
 #pragma unroll
   for (int u = 0; u < 8; ++u) {
