@@ -140,29 +140,52 @@ __device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, 
 // Every rank, all threads: lists the slice's resident keys >= bound (thread spans, token order) as
 // composites into Yb (at most kGatherCap; the count may exceed it, the entries past it are dropped)
 // and pushes its count into pcnt[rank] of every rank (Yb + kGatherCap of each CTA). scratch: the
-// block scan's kWarps u64. Inline: the direct path calls it from sample_row with the row's state
-// live (a call there made every later path spill around it).
+// block scan's kWarps u64. The count pass notes which of the span's 16-byte vectors hold such a key
+// (a bit each: a resident span has at most 21 of them), so the list pass reads only those (~1 per
+// thread at k = 2048) instead of the whole span again. Inline: the direct path calls it from
+// sample_row with the row's state live (a call there made every later path spill around it).
 __device__ __forceinline__ void gather_list(const uint32_t* skeys, int n, int64_t start, uint32_t bound, uint64_t* Yb,
                                             uint64_t* pcnt, uint64_t* scratch, uint32_t rank, uint32_t S) {
   const Span sp = thread_span(n);
   auto key_at = [&](int i) -> uint32_t { return skeys[i]; };
-  uint64_t c = 0;
-  for_span4(skeys, true, key_at, sp, [&](const uint32_t (&kq)[4], int, int cnt) {
+  uint32_t c = 0, hit = 0;  // hit: bit v = vector v of the span (keys sp.a + 4v ..) holds a key >= bound
+  const bool masked = sp.b - sp.a <= 4 * 32;
+  for_span4(skeys, true, key_at, sp, [&](const uint32_t (&kq)[4], int j, int cnt) {
+    uint32_t h = 0;
 #pragma unroll
-    for (int t = 0; t < 4; ++t) c += (t < cnt && kq[t] >= bound) ? 1u : 0u;
+    for (int t = 0; t < 4; ++t) h += (t < cnt && kq[t] >= bound) ? 1u : 0u;
+    c += h;
+    hit |= (h != 0u ? 1u : 0u) << (((j - sp.a) >> 2) & 31);
   });
+  // (spans of more than 32 vectors, which resident slices never have, read every vector again below)
   uint64_t tot;
   uint64_t pos = block_excl_scan_u64(c, scratch, &tot);
-  if (c > 0 && pos < static_cast<uint64_t>(kGatherCap)) {
-    for_span4(skeys, true, key_at, sp, [&](const uint32_t (&kq)[4], int j, int cnt) {
+  auto put = [&](const uint32_t (&kq)[4], int j, int cnt) {
 #pragma unroll
-      for (int t = 0; t < 4; ++t)
-        if (t < cnt && kq[t] >= bound) {
-          if (pos < static_cast<uint64_t>(kGatherCap))
-            Yb[pos] = (static_cast<uint64_t>(kq[t]) << 32) | (0xffffffffu - static_cast<uint32_t>(start + j + t));
-          ++pos;
+    for (int t = 0; t < 4; ++t)
+      if (t < cnt && kq[t] >= bound) {
+        if (pos < static_cast<uint64_t>(kGatherCap))
+          Yb[pos] = (static_cast<uint64_t>(kq[t]) << 32) | (0xffffffffu - static_cast<uint32_t>(start + j + t));
+        ++pos;
+      }
+  };
+  if (c > 0 && pos < static_cast<uint64_t>(kGatherCap)) {
+    if (masked) {
+      for (uint32_t m = hit; m != 0u; m &= m - 1u) {
+        const int j = sp.a + 4 * (__ffs(m) - 1);
+        const int cnt = min(4, sp.b - j);
+        if (cnt == 4) {
+          const uint4 q = *reinterpret_cast<const uint4*>(skeys + j);
+          const uint32_t k[4] = {q.x, q.y, q.z, q.w};
+          put(k, j, 4);
+        } else {
+          const uint32_t k[4] = {skeys[j], cnt > 1 ? skeys[j + 1] : 0u, cnt > 2 ? skeys[j + 2] : 0u, 0u};
+          put(k, j, cnt);
         }
-    });
+      }
+    } else {
+      for_span4(skeys, true, key_at, sp, put);
+    }
   }
   if (threadIdx.x < S) *cl_remote(&pcnt[rank], threadIdx.x) = tot;
 }
