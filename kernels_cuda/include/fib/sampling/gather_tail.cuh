@@ -26,6 +26,13 @@ static_assert(kGatherCap <= 8 * kThreads, "at most 8 gathered entries per thread
 static_assert(kRejTailScratch <= kGatherCap, "reject_tail's scratch fits a histogram buffer below the counts");
 static_assert(kCand <= kRejTailMaxK, "the gathered tail's top-k sets fit reject_tail");
 
+#if FIB_HAS_CLUSTER
+// Rank 0's mbarrier for the gathered lists: the other ranks' st.async complete their bytes on it
+// (gathered_finish). Initialised at the kernel's entry by rank 0 of the gathered-tail instantiation
+// (sampler.cuh), before the entry's cluster arrive, so every push finds it ready.
+__shared__ __align__(8) uint64_t g_gather_bar;
+#endif
+
 // Rank 0, all threads: the exact top-k (value desc, lower token index first on ties) of the N
 // gathered composites X[0..N) (key << 32 | ~index, ascending token index), given the radix state
 // so far: every key's bits above `top` are chosen (prefix: those bits; rem of the v tokens whose
@@ -191,7 +198,8 @@ __device__ __forceinline__ void gather_list(const uint32_t* skeys, int n, int64_
 }
 
 // Every rank, all threads, after gather_list on every rank and a cluster barrier, with at most
-// kGatherCap tokens listed in all: rank 0 gathers the lists into X (in rank order: token order),
+// kGatherCap tokens listed in all: the lists land in rank 0's X in rank order (token order: the
+// other ranks push theirs with st.async, rank 0 copies its own and waits on g_gather_bar), rank 0
 // lets the other CTAs go, finishes the select (gathered_select: prefix / top / rem / v as there;
 // v == 0: every gathered token matches the prefix, v = N) and draws (reject_tail); the token goes
 // to *out. X: the histogram buffer no rank reads any more (the last select's), Yb: the other one
@@ -208,10 +216,24 @@ static __device__ __noinline__ void gathered_finish(int64_t* out, int row, int V
   uint64_t* const sh_v = scratch + kWarps + 5;
   static_assert(kMaxCluster + kWarps + 8 <= 64, "the gathered tail's scalars fit");
   static_assert(2 * kBins * 4 <= kGatherCap * 8 && kRejTailMaxK * 8 <= kGatherCap * 8, "the bins and T fit Yb");
+#if FIB_HAS_CLUSTER
+  // the other ranks push their lists into rank 0's X at their offsets (st.async, completing on rank
+  // 0's g_gather_bar), while rank 0 copies its own: one-way stores in place of rank 0's DSMEM loads
+  if (rank == 0) {
+    int off[kMaxCluster + 1];
+    list_offsets(pcnt, S, off);
+    const int N = min(off[kMaxCluster], kGatherCap);
+    if (threadIdx.x == 0) mbar_expect_tx(&g_gather_bar, static_cast<uint32_t>(N - off[1]) * 8u);
+    for (int i = threadIdx.x; i < off[1]; i += kThreads) X[i] = Yb[i];
+    mbar_wait<true>(&g_gather_bar, 0u);
+    __syncthreads();  // (rank 0's own entries copied: Yb is free for the bins)
+    cl_arrive_relaxed();
+#else
   if (rank == 0) {
     const int N = gather_lists8(X, Yb, pcnt, S, kGatherCap);
     __syncthreads();
     cl_arrive_relaxed();  // (rank 0 has read the other CTAs' lists: they may exit)
+#endif
     FIB_PROF(21);
     // (Yb: the bins, then reject_tail's scratch, whose first kRejTailMaxK entries, T, get the set)
     const int K = gathered_select(X, N, Yb, Yb, prefix, top, rem, v == 0 ? static_cast<uint64_t>(N) : v, scratch, sh_b,
@@ -220,7 +242,14 @@ static __device__ __noinline__ void gathered_finish(int64_t* out, int row, int V
     reject_tail(out, row, V, seed, offs, X, K, wc, kmin, tp, Yb, scratch, 2);
     FIB_PROF(9);
   } else {
-    cl_arrive_relaxed();
+#if FIB_HAS_CLUSTER
+    uint64_t a = 0;  // (this rank's offset: the counts of the ranks before it)
+    for (uint32_t q = 0; q < rank; ++q) a += pcnt[q];
+    const int c = static_cast<int>(pcnt[rank]);
+    const uint32_t dst = cl_addr(X + a, 0u), bar = cl_addr(&g_gather_bar, 0u);
+    for (int i = threadIdx.x; i < c; i += kThreads) st_async_u64(dst + 8u * static_cast<uint32_t>(i), Yb[i], bar);
+#endif
+    cl_arrive_relaxed();  // (rank 0 arrives once every pushed entry has landed: no rank exits before)
   }
   cl_wait();
 }
