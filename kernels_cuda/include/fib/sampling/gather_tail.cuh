@@ -26,8 +26,22 @@ static_assert(kGatherCap <= 8 * kThreads, "at most 8 gathered entries per thread
 static_assert(kRejTailScratch <= kGatherCap, "reject_tail's scratch fits a histogram buffer below the counts");
 static_assert(kCand <= kRejTailMaxK, "the gathered tail's top-k sets fit reject_tail");
 
+// Where gathered entry g sits in rank 0's X: entry 8t + j is read by thread t (gathered_select), so
+// in plain order each of its eight u64 loads would hit one bank pair in 16 lanes of the warp (16
+// shared-memory wavefronts a load instead of 2; Nsight Compute: 23K excess wavefronts per B=16
+// launch, ~1700 cycles of rank 0). Swizzled: within its row of 8, entry g moves by (g >> 4) & 7, so
+// 16 consecutive threads' j-th entries lie in 16 distinct bank pairs. A permutation of each row of 8.
+__device__ __forceinline__ int gather_pos(int g) { return g ^ ((g >> 4) & 7); }
+
+#if FIB_HAS_CLUSTER
+// Rank 0's mbarrier for the gathered lists: the other ranks' st.async complete their bytes on it
+// (gathered_finish). Initialised at the kernel's entry by rank 0 of the gathered-tail instantiation
+// (sampler.cuh), before the entry's cluster arrive, so every push finds it ready.
+__shared__ __align__(8) uint64_t g_gather_bar;
+#endif
+
 // Rank 0, all threads: the exact top-k (value desc, lower token index first on ties) of the N
-// gathered composites X[0..N) (key << 32 | ~index, ascending token index), given the radix state
+// gathered composites X[0..N) (key << 32 | ~index, ascending token index; entry g at gather_pos(g)), given the radix state
 // so far: every key's bits above `top` are chosen (prefix: those bits; rem of the v tokens whose
 // key matches them still to take; the other keys are above them and kept). The remaining bits go
 // in digits of at most 11 bits from the top (at most 3 passes, block-local histograms; the bins of
@@ -44,7 +58,7 @@ __device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, 
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int pos = 8 * tid + j;
-    e[j] = pos < N ? X[pos] : 0ull;
+    e[j] = pos < N ? X[gather_pos(pos)] : 0ull;
     key[j] = static_cast<uint32_t>(e[j] >> 32);
   }
   bool all_kept = v == rem;  // the whole chosen bucket is kept: every key >= prefix
@@ -64,13 +78,11 @@ __device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, 
     for (int b = tid; b < kBins; b += kThreads) nxt[b] = 0u;
     __syncthreads();
     // thread t owns bins 2047 - 4t .. 2044 - 4t (descending): its exclusive scan is the count above
-    uint32_t c4[4];
+    const uint4 b4 = *reinterpret_cast<const uint4*>(cnt + kBins - 4 - 4 * tid);  // (one 16-byte load)
+    const uint32_t c4[4] = {b4.w, b4.z, b4.y, b4.x};
     uint64_t s = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      c4[j] = cnt[kBins - 1 - 4 * tid - j];
-      s += c4[j];
-    }
+    for (int j = 0; j < 4; ++j) s += c4[j];
     uint64_t tot;
     uint64_t above = block_excl_scan_u64(s, scratch, &tot);
 #pragma unroll
@@ -191,7 +203,8 @@ __device__ __forceinline__ void gather_list(const uint32_t* skeys, int n, int64_
 }
 
 // Every rank, all threads, after gather_list on every rank and a cluster barrier, with at most
-// kGatherCap tokens listed in all: rank 0 gathers the lists into X (in rank order: token order),
+// kGatherCap tokens listed in all: the lists land in rank 0's X in rank order (token order: the
+// other ranks push theirs with st.async, rank 0 copies its own and waits on g_gather_bar), rank 0
 // lets the other CTAs go, finishes the select (gathered_select: prefix / top / rem / v as there;
 // v == 0: every gathered token matches the prefix, v = N) and draws (reject_tail); the token goes
 // to *out. X: the histogram buffer no rank reads any more (the last select's), Yb: the other one
@@ -208,10 +221,27 @@ static __device__ __noinline__ void gathered_finish(int64_t* out, int row, int V
   uint64_t* const sh_v = scratch + kWarps + 5;
   static_assert(kMaxCluster + kWarps + 8 <= 64, "the gathered tail's scalars fit");
   static_assert(2 * kBins * 4 <= kGatherCap * 8 && kRejTailMaxK * 8 <= kGatherCap * 8, "the bins and T fit Yb");
+#if FIB_HAS_CLUSTER
+  // the other ranks push their lists into rank 0's X at their offsets (st.async, completing on rank
+  // 0's g_gather_bar), while rank 0 copies its own: one-way stores in place of rank 0's DSMEM loads
   if (rank == 0) {
-    const int N = gather_lists8(X, Yb, pcnt, S, kGatherCap);
+    int off[kMaxCluster + 1];
+    list_offsets(pcnt, S, off);
+    const int N = min(off[kMaxCluster], kGatherCap);
+    if (threadIdx.x == 0) mbar_expect_tx(&g_gather_bar, static_cast<uint32_t>(N - off[1]) * 8u);
+    for (int i = threadIdx.x; i < off[1]; i += kThreads) X[gather_pos(i)] = Yb[i];
+    mbar_wait<true>(&g_gather_bar, 0u);
+    __syncthreads();  // (rank 0's own entries copied: Yb is free for the bins)
+    cl_arrive_relaxed();
+#else
+  if (rank == 0) {
+    int off[kMaxCluster + 1];
+    list_offsets(pcnt, S, off);
+    const int N = min(off[kMaxCluster], kGatherCap);
+    for (int g = threadIdx.x; g < N; g += kThreads) X[gather_pos(g)] = list_entry(Yb, off, g);
     __syncthreads();
     cl_arrive_relaxed();  // (rank 0 has read the other CTAs' lists: they may exit)
+#endif
     FIB_PROF(21);
     // (Yb: the bins, then reject_tail's scratch, whose first kRejTailMaxK entries, T, get the set)
     const int K = gathered_select(X, N, Yb, Yb, prefix, top, rem, v == 0 ? static_cast<uint64_t>(N) : v, scratch, sh_b,
@@ -220,7 +250,15 @@ static __device__ __noinline__ void gathered_finish(int64_t* out, int row, int V
     reject_tail(out, row, V, seed, offs, X, K, wc, kmin, tp, Yb, scratch, 2);
     FIB_PROF(9);
   } else {
-    cl_arrive_relaxed();
+#if FIB_HAS_CLUSTER
+    uint64_t a = 0;  // (this rank's offset: the counts of the ranks before it)
+    for (uint32_t q = 0; q < rank; ++q) a += pcnt[q];
+    const int c = static_cast<int>(pcnt[rank]);
+    const uint32_t dst = cl_addr(X, 0u), bar = cl_addr(&g_gather_bar, 0u);
+    for (int i = threadIdx.x; i < c; i += kThreads)
+      st_async_u64(dst + 8u * static_cast<uint32_t>(gather_pos(static_cast<int>(a) + i)), Yb[i], bar);
+#endif
+    cl_arrive_relaxed();  // (rank 0 arrives once every pushed entry has landed: no rank exits before)
   }
   cl_wait();
 }

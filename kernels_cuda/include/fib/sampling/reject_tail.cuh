@@ -120,10 +120,21 @@ static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, ui
   uint64_t w[4], ex[4];
   uint32_t key[4];
   uint64_t ls = 0;
+  {
+    // (two 16-byte loads: four u64 loads at a 32-byte stride hit 8 wavefronts each; T's entries
+    // past nc, up to kRejTailMaxK, are read but not used)
+    const ulonglong2* const t2 = reinterpret_cast<const ulonglong2*>(T + 4 * tid);
+    const ulonglong2 a = 4 * tid < nc ? t2[0] : make_ulonglong2(0ull, 0ull);
+    const ulonglong2 b = 4 * tid + 2 < nc ? t2[1] : make_ulonglong2(0ull, 0ull);
+    key[0] = static_cast<uint32_t>(a.x >> 32);
+    key[1] = static_cast<uint32_t>(a.y >> 32);
+    key[2] = static_cast<uint32_t>(b.x >> 32);
+    key[3] = static_cast<uint32_t>(b.y >> 32);
+  }
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const int j = 4 * tid + q;
-    key[q] = j < nc ? static_cast<uint32_t>(T[j] >> 32) : 0u;
+    key[q] = j < nc ? key[q] : 0u;
     w[q] = (j < nc && key[q] >= kmin) ? weight_of(key[q], wc) : 0ull;
     ls += w[q];
   }

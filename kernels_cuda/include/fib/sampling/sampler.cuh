@@ -130,6 +130,12 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
       if (!tma) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // (else the TMA's below)
     }
   }
+  if constexpr (GATHER) {  // (gather_tail.cuh: the other ranks push their lists into rank 0)
+    if (tid == 0 && rank == 0) {
+      mbar_init(&g_gather_bar, 1);
+      if (!tma) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // (else the TMA's below)
+    }
+  }
   if (tma && tid == 0) {
     mbar_init(&sh_lbar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");

@@ -41,27 +41,6 @@ __device__ __forceinline__ int gather_lists(uint64_t* G, uint64_t* list, const u
   return tot;
 }
 
-// gather_lists for at most 8 entries per thread (the gathered tail's kGatherCap): every thread
-// issues its remote loads before its first store (in gather_lists' loop each load waits for the
-// store before it: G and the remote lists may alias, for all the compiler knows).
-__device__ __forceinline__ int gather_lists8(uint64_t* G, uint64_t* list, const uint64_t* cnt, uint32_t S, int cap) {
-  int off[kMaxCluster + 1];
-  list_offsets(cnt, S, off);
-  const int tot = min(off[kMaxCluster], min(cap, 8 * kThreads));
-  uint64_t v[8];
-#pragma unroll
-  for (int u = 0; u < 8; ++u) {
-    const int g = static_cast<int>(threadIdx.x) + u * kThreads;
-    v[u] = g < tot ? list_entry(list, off, g) : 0ull;
-  }
-#pragma unroll
-  for (int u = 0; u < 8; ++u) {
-    const int g = static_cast<int>(threadIdx.x) + u * kThreads;
-    if (g < tot) G[g] = v[u];
-  }
-  return tot;
-}
-
 // Sorts G[0..P) descending (P <= 64; entries past P count as 0 and are not written) with warp
 // 0's shuffles (no block barrier in the network); ends with a block barrier.
 __device__ __forceinline__ void warp_sort64_desc(uint64_t* G, int P) {
