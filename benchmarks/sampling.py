@@ -16,7 +16,8 @@ the run (merge_state_device.copy_bandwidth_4g: a 4 GiB device-to-device copy, by
 H100 floors are ~30% low (an H100 copies at ~3000 GB/s) and their ratios to the floor ~40% high.
 
 Writes benchmarks/results/sampling_<gpu>.json, .md and .log (or --out DIR), <gpu> the device's model
-(sampling_h200.*, sampling_h100.*).
+(sampling_h200.*, sampling_h100.*). The .md opens with the issue-5 acceptance summary (summary_lines: per
+criterion the points that meet it and the misses, worst or nearest first), then the grid.
 """
 from __future__ import annotations
 
@@ -412,7 +413,59 @@ def acceptance(grid, extra):
     acc["logits_vs_cake_from_probs_max_ratio"] = max(goal) if goal else None
     ex = [r["ratio_vs_fi"] for r in extra if r.get("ratio_vs_fi")]
     acc["extra_max_ratio_vs_fi"] = max(ex) if ex else None
+    # per criterion: the points that miss it (the acceptance summary of write_md)
+    for col, key in (("ratio_probs_vs_fi_best", "slower_probs"), ("ratio_logits_vs_fi_best", "slower_logits"),
+                     ("ratio_joint_vs_fi", "slower_joint")):
+        acc[key] = [_pt(r, r[col]) for r in grid if r.get(col) is not None and r[col] > 1]
+    for src in ("probs", "logits"):
+        pts = [r for r in grid if r["k"] > 1024 and r.get(f"fi_best_{src}")]
+        acc[f"k_gt_1024_points_{src}"] = len(pts)
+        acc[f"k_gt_1024_below_5x_{src}"] = [_pt(r, r[f"fi_best_{src}"] / r[f"ours_{src}"]) for r in pts
+                                            if r[f"fi_best_{src}"] / r[f"ours_{src}"] < 5]
+    gp = [r for r in grid if r.get("fi_cake_probs")]
+    acc["logits_goal_points"] = len(gp)
+    acc["logits_goal_missed"] = [_pt(r, r["ours_logits"] / r["fi_cake_probs"]) for r in gp
+                                 if r["ours_logits"] > r["fi_cake_probs"]]
     return acc
+
+
+def _pt(r, ratio):
+    return {"B": r["B"], "V": r["V"], "logits": r["logits"], "k": r["k"], "ratio": round(float(ratio), 3)}
+
+
+def summary_lines(acc, host):
+    """The issue-5 acceptance summary table (markdown lines) from acceptance()'s dict and the host costs."""
+    n = acc.get("grid_points", 0)
+
+    def pts(lst, cap=6):  # (largest ratio first: the worst slower point, the nearest miss of 5x)
+        lst = sorted(lst, key=lambda p: -p["ratio"])
+        s = ", ".join(f"B={p['B']} V={p['V']} {p['logits']} k={p['k']} {p['ratio']:.3f}" for p in lst[:cap])
+        return s + (f", ... ({len(lst) - cap} more)" if len(lst) > cap else "")
+
+    def row(name, missed, total, what):
+        ok = "yes" if not missed else "**no**"
+        return f"| {name} | {what}: {total - len(missed)}/{total}" + (f"; misses: {pts(missed)}" if missed else "") + f" | {ok} |"
+
+    L = ["## Acceptance summary (issue 5)", "", "| criterion | result | met? |", "|---|---|---|",
+         row("no grid point slower than FlashInfer's best, from probs", acc.get("slower_probs", []), n, "not slower"),
+         row("no grid point slower than FlashInfer's best, from logits", acc.get("slower_logits", []), n, "not slower"),
+         row("no grid point slower than FlashInfer's best, joint from logits", acc.get("slower_joint", []), n,
+             "not slower")]
+    half = acc.get("logits_vs_softmax_cake_max_ratio")
+    L.append(f"| from logits at most half of softmax + cake | max {half:.3f} | "
+             f"{'yes' if acc.get('logits_at_most_half_of_softmax_cake') else '**no**'} |" if half is not None else
+             "| from logits at most half of softmax + cake | – | – |")
+    for src in ("probs", "logits"):
+        L.append(row(f"k > 1024 at least 5x faster than FlashInfer's best, from {src}",
+                     acc.get(f"k_gt_1024_below_5x_{src}", []), acc.get(f"k_gt_1024_points_{src}", 0), "at least 5x"))
+    L.append(row("goal: from logits as fast as cake from probs", acc.get("logits_goal_missed", []),
+                 acc.get("logits_goal_points", 0), "as fast"))
+    enq = (host or {}).get("host_enqueue_us", {})
+    key = next((k for k in enq if k.startswith("ours top_k_top_p_from_logits (tensors, out=")), None)
+    if key:
+        L.append(f"| host cost of one whole call <= 10 us | {enq[key]:.2f} us enqueue ({key}) | "
+                 f"{'yes' if enq[key] <= 10 else '**no**'} |")
+    return L + [""]
 
 
 def write_md(path, meta, grid, extra, host, acc, sweep):
@@ -422,7 +475,7 @@ def write_md(path, meta, grid, extra, host, acc, sweep):
          f"floor = B·V·4 B / {meta.get('copy_GBs', 4285):.0f} GB/s (this device's copy bandwidth). per-row top_k tensor" + (
              " with min_top_k=k (the host's bound, as cake's top_k_max=k; its large-k kernel "
              + ("on" if meta.get("twopass_large_k") else "off: FIB_SAMPLING_TWOPASS_LARGE_K=0") + ")"
-             if HINT else "") + ", top_p=0.9.", "",
+             if HINT else "") + ", top_p=0.9.", ""] + summary_lines(acc, host) + ["## Grid", "",
          "| V | logits | B | k | ours probs | FI best probs | ratio | ours logits | FI best logits | ratio | softmax+cake | ours/sm+cake | ours joint | FI joint | ratio | torch | ours logits/floor |",
          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
