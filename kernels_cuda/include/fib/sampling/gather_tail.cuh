@@ -221,27 +221,21 @@ static __device__ __noinline__ void gathered_finish(int64_t* out, int row, int V
   uint64_t* const sh_v = scratch + kWarps + 5;
   static_assert(kMaxCluster + kWarps + 8 <= 64, "the gathered tail's scalars fit");
   static_assert(2 * kBins * 4 <= kGatherCap * 8 && kRejTailMaxK * 8 <= kGatherCap * 8, "the bins and T fit Yb");
-#if FIB_HAS_CLUSTER
-  // the other ranks push their lists into rank 0's X at their offsets (st.async, completing on rank
-  // 0's g_gather_bar), while rank 0 copies its own: one-way stores in place of rank 0's DSMEM loads
   if (rank == 0) {
     int off[kMaxCluster + 1];
     list_offsets(pcnt, S, off);
     const int N = min(off[kMaxCluster], kGatherCap);
+#if FIB_HAS_CLUSTER
+    // the other ranks push their lists into X at their offsets (st.async, completing on
+    // g_gather_bar) while rank 0 copies its own: one-way stores in place of rank 0's DSMEM loads
     if (threadIdx.x == 0) mbar_expect_tx(&g_gather_bar, static_cast<uint32_t>(N - off[1]) * 8u);
     for (int i = threadIdx.x; i < off[1]; i += kThreads) X[gather_pos(i)] = Yb[i];
     mbar_wait<true>(&g_gather_bar, 0u);
-    __syncthreads();  // (rank 0's own entries copied: Yb is free for the bins)
-    cl_arrive_relaxed();
 #else
-  if (rank == 0) {
-    int off[kMaxCluster + 1];
-    list_offsets(pcnt, S, off);
-    const int N = min(off[kMaxCluster], kGatherCap);
     for (int g = threadIdx.x; g < N; g += kThreads) X[gather_pos(g)] = list_entry(Yb, off, g);
-    __syncthreads();
-    cl_arrive_relaxed();  // (rank 0 has read the other CTAs' lists: they may exit)
 #endif
+    __syncthreads();  // (every list is in X: Yb is free for the bins)
+    cl_arrive_relaxed();  // (rank 0 has its entries: the other CTAs may exit)
     FIB_PROF(21);
     // (Yb: the bins, then reject_tail's scratch, whose first kRejTailMaxK entries, T, get the set)
     const int K = gathered_select(X, N, Yb, Yb, prefix, top, rem, v == 0 ? static_cast<uint64_t>(N) : v, scratch, sh_b,
