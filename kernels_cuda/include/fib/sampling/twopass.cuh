@@ -782,6 +782,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
         }
       }
       cl_sync();  // the pushed sets are visible in rank 0
+      FIB_PROF_CTA(3);
       if (rank != 0) return;
       sg.seg[0] = buf;
       sg.cnt[0] = nc0;

@@ -1,0 +1,79 @@
+#!/bin/bash
+# One device call for the sampling kernels, stage by stage (STAGES, in order):
+#   lkprof  benchmarks/sampling_twopass_lk_profile.py on the profile build PROF (-DFIB_SAMPLING_PROFILE)
+#   gprof   benchmarks/sampling_gather_profile.py on PROF (the cluster kernel's gathered tail)
+#   ab      benchmarks/sampling_twopass.py --largek --ab --hint --no-cake, builds BUILDS alternating, twice
+#   gab     benchmarks/sampling_gather.py, builds BUILDS alternating, twice
+#   ncu     Nsight Compute source counters on the -lineinfo build LI (NCU_POINTS "V,B,k,probs|logits ...")
+#   tests   the sampling GPU test files on LIB (-x)
+#   grid    benchmarks/sampling.py on LIB
+# Builds are folders holding libfib_sampling.so (python kernels_cuda/build.py --arch 90, or nvcc by
+# hand), carried beside .gpu/ (../shared/gpu's three files):
+#   run(command="STAGES='lkprof ab' PROF=.device/prof BUILDS='.device/a .device/b' bash benchmarks/run_sampling_device.sh",
+#       carry=[".gpu", ".device"])
+# Results: $OUT/r.tgz and $OUT/log, packed after every stage. Timeouts: T_<STAGE> seconds.
+set -u
+REPO=$PWD; R=${OUT:-/tmp/ret}; W=/tmp/w; mkdir -p $W $R
+T0=$(date +%s)
+say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $W/log; }
+pack() { tar czf $R/r.tgz -C $W . ; cp $W/log $R/log; }
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+STAGES=${STAGES:-lkprof}
+for t in .device/*.tar.xz; do [ -f "$t" ] && tar xJf "$t" -C .device; done
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/apache_tvm_ffi-*.whl >$W/setup.log 2>&1
+mkdir -p /tmp/fi && tar xzf .gpu/flashinfer-*-trimmed-sm90a.tar.gz -C /tmp/fi && tar xzf .gpu/flashinfer-*-cake-sampling-addon-sm90a.tar.gz -C /tmp/fi
+export PYTHONPATH=$REPO:/tmp/fi:/tmp/site FLASHINFER_WORKSPACE_BASE=/tmp/fiws FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 PYTHONUNBUFFERED=1
+export CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(which nvcc)")")")
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv >>$W/setup.log 2>&1
+say "setup done"; tail -2 $W/setup.log | tee -a $W/log
+LIB=$REPO/${LIB:-fib_runtime/kernels/_bin}
+if has lkprof; then
+  FIB_KERNELS_DIR=$REPO/$PROF timeout ${T_LKPROF:-150} python3 benchmarks/sampling_twopass_lk_profile.py --out $W > $W/lkprof.log 2>&1
+  say "lkprof rc=$?"; grep -v Warn $W/lkprof.log | tail -60 | tee -a $W/log; pack
+fi
+if has gprof; then
+  FIB_KERNELS_DIR=$REPO/$PROF timeout ${T_GPROF:-120} python3 benchmarks/sampling_gather_profile.py --out $W > $W/gprof.log 2>&1
+  say "gprof rc=$?"; grep -v Warn $W/gprof.log | tail -30 | tee -a $W/log; pack
+fi
+for st in ab gab; do
+  has $st || continue
+  for rep in 1 2; do
+    for b in ${BUILDS:-}; do
+      tag=_$(basename $b)_run$rep
+      if [ $st = ab ]; then
+        FIB_KERNELS_DIR=$REPO/$b timeout ${T_AB:-150} python3 benchmarks/sampling_twopass.py --largek --ab --hint --no-cake \
+          --skip-identity --tag "$tag" --out $W > $W/${st}$tag.log 2>&1
+      else
+        FIB_KERNELS_DIR=$REPO/$b timeout ${T_GAB:-150} python3 benchmarks/sampling_gather.py --out $W/gab$tag > $W/${st}$tag.log 2>&1
+      fi
+      say "$st $b run $rep rc=$?"; pack
+    done
+  done
+done
+if has ncu; then
+  # Nsight Compute source counters of one launch per point ("V,B,k,probs|logits"), on the -lineinfo
+  # build LI (same SASS as the release build); map them to source lines here with
+  # benchmarks/ncu_source_lines.py and `nvdisasm -gi` of LI's cubin
+  NCU=${NCU:-$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)}
+  for pt in ${NCU_POINTS:-128256,64,2048,probs 128256,16,2048,probs}; do
+    IFS=, read -r nv nb nk ns <<< "$pt"; tag=${nv}_${nb}_${nk}_${ns}
+    FIB_KERNELS_DIR=$REPO/$LI timeout ${T_NCU:-120} $NCU --clock-control none -k regex:"sampler_kernel|twopass_kernel" \
+      --launch-skip 3 --launch-count 1 --section WarpStateStats --section SourceCounters --warp-sampling-interval 0 \
+      -o $W/ncu_$tag python3 benchmarks/sampling_ncu_source.py $nv $nb $nk $ns > $W/ncu_$tag.log 2>&1
+    say "ncu $pt rc=$?"
+    $NCU -i $W/ncu_$tag.ncu-rep --page source --csv --print-source sass > $W/ncu_$tag.csv 2>>$W/ncu_$tag.log
+    rm -f $W/ncu_$tag.ncu-rep; pack
+  done
+fi
+if has tests; then
+  FIB_KERNELS_DIR=$LIB timeout ${T_TESTS:-300} python3 -m pytest -q -rfE -p no:cacheprovider -x \
+    tests/gpu/test_sampling_kernels_gpu.py tests/gpu/test_sampling_api_gpu.py tests/gpu/test_sampling_support_gpu.py \
+    tests/gpu/test_sampling_plain_gpu.py tests/gpu/test_sampling_stats_gpu.py > $W/tests.log 2>&1
+  say "tests rc=$?"; grep -E "passed|failed|error" $W/tests.log | tail -2 | tee -a $W/log; grep -E "^(FAILED|ERROR)" $W/tests.log | head -20 | tee -a $W/log; pack
+fi
+if has grid; then
+  mkdir -p $W/grid
+  FIB_KERNELS_DIR=$LIB timeout ${T_GRID:-300} python3 benchmarks/sampling.py --out $W/grid > $W/grid.log 2>&1
+  say "grid rc=$?"; grep -B2 -A12 "Acceptance summary" $W/grid/*.md 2>/dev/null | head -20 | tee -a $W/log; pack
+fi
+say done

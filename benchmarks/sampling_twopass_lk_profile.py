@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Where a large-k row's time goes in the two-pass kernel's large-k instantiation (the rows of
+48-255 with min_top_k = k > 128: speculative candidates, the merge into rank 0, reject_tail), from
+the row 0 / rank 0 phase timestamps of a `-DFIB_SAMPLING_PROFILE` build (`prof_read()`) and every
+CTA's entry / pass end / candidates / exit (`prof_cta_read()`).
+
+Phases (us since rank 0's entry): the estimate from the sample (slot 15), the pass's end (16), the
+candidates counted (1, 2), the radix path (3: only where the estimate failed), the local cut (4),
+the cluster's start wait (5), the merged exact top k on rank 0 (6), reject_tail's weights and scan
+(12), its first round's candidates (13) and check (14), the token (8). Slots a call did not reach
+read as negative: "-". Per CTA: median and max over the rows of each rank's events (0 entry, 1 pass
+end, 2 candidates, 3 exit), us since the earliest entry. Graph time of the same build beside it.
+
+    FIB_KERNELS_DIR=<profile build> python benchmarks/sampling_twopass_lk_profile.py [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import torch  # noqa: E402
+
+from sampling import device_tag, graph_time, make_inputs, prof_slots, run_meta  # noqa: E402
+
+from fib_runtime.kernels import loader  # noqa: E402
+from fib_runtime.kernels import sampling as S  # noqa: E402
+
+SLOTS = {"estimate": 15, "pass_end": 16, "pass1": 1, "candidates": 2, "radix": 3, "cut": 4, "cl_wait": 5,
+         "merged": 6, "rt_weights": 12, "rt_round0": 13, "rt_check": 14, "token": 8}
+POINTS = [(64, 128256, 2048), (64, 151936, 2048), (64, 32000, 2048), (64, 128256, 1024), (128, 128256, 2048),
+          (256, 128256, 2048)]
+
+
+def cta_summary(raw: str, B: int) -> dict:
+    v = [int(x) for x in raw.split(",")]
+    out = {}
+    for rank in range(8):
+        ev = {}
+        for e in range(4):
+            xs = [v[(r * 8 + rank) * 4 + e] / 1e3 for r in range(B) if v[(r * 8 + rank) * 4 + e] >= 0]
+            if xs:
+                ev[e] = (round(statistics.median(xs), 2), round(max(xs), 2))
+        if ev:
+            out[rank] = ev
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = ap.parse_args()
+    mod = loader.load_family("sampling")
+    if mod is None or not hasattr(mod, "prof_read"):
+        sys.exit("needs a -DFIB_SAMPLING_PROFILE build in FIB_KERNELS_DIR")
+    seed_t = torch.tensor([7], dtype=torch.int64, device="cuda")
+    rows = []
+    print(f"{'B':>3} {'V':>7} {'k':>5} {'src':>6} {'kind':>6} {'us':>6} {'cand':>5}  "
+          + " ".join(f"{n:>10}" for n in SLOTS))
+    for B, V, k in POINTS:
+        for kind in ("peaked", "flat"):
+            lgs = make_inputs(B, V, kind)
+            for src in ("probs", "logits"):
+                xs = [torch.softmax(x, -1) for x in lgs] if src == "probs" else lgs
+                fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
+                kt = torch.full((B,), k, dtype=torch.int32, device="cuda")
+                pt = torch.full((B,), 0.9, device="cuda")
+                out = torch.empty(B, dtype=torch.int64, device="cuda")
+                us = graph_time([(lambda i=i: fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=k))
+                                 for i in range(4)])
+                slots, ctas, cands = [], [], []
+                for i in range(4):
+                    if hasattr(mod, "prof_cta_read"):
+                        mod.prof_cta_read(B)
+                    fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=k)
+                    raw = [int(v) for v in str(mod.prof_read()).split(",")]
+                    cands.append(raw[10])  # slot 11: the speculative candidates of row 0 / rank 0
+                    vals = [v / 1000.0 if v > 0 else None for v in raw[20:52]]
+                    slots.append({n: vals[j] for n, j in SLOTS.items()})
+                    if hasattr(mod, "prof_cta_read"):
+                        ctas.append(cta_summary(str(mod.prof_cta_read(B)), B))
+                med = {}
+                for n in SLOTS:
+                    vs = sorted(s[n] for s in slots if s[n] is not None)
+                    med[n] = vs[len(vs) // 2] if len(vs) >= 3 else None
+                rows.append({"B": B, "V": V, "k": k, "kind": kind, "src": src, "graph_us": us, "phases_us": med,
+                             "spec_candidates": cands, "per_input": slots, "ctas": ctas})
+                print(f"{B:>3} {V:>7} {k:>5} {src:>6} {kind:>6} {us:6.1f} {cands[0]:>5}  " +
+                      " ".join(f"{(f'{med[n]:.2f}' if med[n] is not None else '-'):>10}" for n in SLOTS), flush=True)
+                if ctas:
+                    print("      ctas (rank: event: median/max us): " + json.dumps(ctas[0]), flush=True)
+    meta = run_meta()
+    meta["build_config"] = str(mod.build_config())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"sampling_twopass_lk_profile_{device_tag(meta['device'])}.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
