@@ -10,11 +10,15 @@ per launch shape (PD loads in flight, S CTAs per row: PD4S1 is the kernel for tw
 one CTA per SM with two per row), how often each outcome occurred over 10 rows and the range of
 count / k where it held ("off": the rule is not used for that slice size).
 
-Usage: python benchmarks/sampling_spec_replay.py
+`--row`: at two CTAs per row, the merged candidates of these per-slice bounds against a bound for the
+row's k-th largest (a sample of the whole row every rank draws alike, or both slices' samples pooled).
+
+Usage: python benchmarks/sampling_spec_replay.py [--row]
 """
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -69,7 +73,49 @@ def make_row(rng, V, kind):
     return x
 
 
+def sample_of(sl):
+    """The 4096 tokens the kernel samples from a slice (thread t: fp32 vectors g0, g0 + 1)."""
+    nv = sl.size // 4
+    g0 = np.minimum((np.arange(THREADS) * nv // THREADS) & ~1, nv - 2)
+    vec = sl[: nv * 4].reshape(nv, 4)
+    return np.concatenate([vec[g0], vec[g0 + 1]], axis=1).ravel()
+
+
+def threshold(sample, k, n):
+    """The r-th largest of a sample of a span of n tokens (r = m + 5 sqrt(m) + 8, m = sample.size k / n),
+    to 22 key bits."""
+    m = sample.size * k / n
+    r = math.ceil(m + 5 * math.sqrt(m) + 8)
+    return key2f(int(np.sort(f2key(sample))[::-1][r - 1]) & ~0x3FF)
+
+
+def row_estimates():
+    """Two CTAs per row (S = 2): the merged candidates / k of today's per-slice estimates (each slice
+    its own k-th largest: each holds ~1.5 k) against a bound for the row's k-th largest, from a
+    sample of the whole row that every rank draws alike (no exchange before the pass) or from both
+    slices' samples pooled (an exchange); `under`: rows where fewer than k tokens reached it."""
+    rng = np.random.default_rng(3)
+    for V in (32000, 128256, 151936):
+        for kind in ("peaked", "flat", "zipf_id", "ascending", "block"):
+            for k in (256, 1024, 2048):
+                res = {"per_slice": [], "row_sample": [], "pooled": []}
+                under = {"row_sample": 0, "pooled": 0}
+                for _ in range(10):
+                    lg = make_row(rng, V, kind).astype(np.float32)
+                    n = (-(-V // 2) + 7) & ~7
+                    sls = [lg[:n], lg[n:]]
+                    res["per_slice"].append(sum(int((sl >= threshold(sample_of(sl), k, sl.size)).sum()) for sl in sls) / k)
+                    for name, smp in (("row_sample", sample_of(lg)), ("pooled", np.concatenate([sample_of(sl) for sl in sls]))):
+                        c = int((lg >= threshold(smp, k, V)).sum())
+                        under[name] += c < k
+                        res[name].append(c / k)
+                print(V, kind, k, {a: f"{min(b):.2f}-{max(b):.2f}" for a, b in res.items()}, "under", under)
+
+
 def main():
+    if "--row" in sys.argv:
+        row_estimates()
+        return
     rng = np.random.default_rng(1)
     for V in (32000, 128256, 151936):
         for kind in KINDS:
