@@ -26,7 +26,7 @@ export PYTHONPATH=$REPO:/tmp/fi:/tmp/site FLASHINFER_WORKSPACE_BASE=/tmp/fiws FL
 export CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(which nvcc)")")")
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv >>$W/setup.log 2>&1
 say "setup done"; tail -2 $W/setup.log | tee -a $W/log
-LIB=$REPO/${LIB:-fib_runtime/kernels/_bin}
+LIB=$REPO/${LIB:-fib_runtime/kernels/_bin}; PROF=${PROF:-.device/prof}; LI=${LI:-.device/li}
 if has lkprof; then
   FIB_KERNELS_DIR=$REPO/$PROF timeout ${T_LKPROF:-150} python3 benchmarks/sampling_twopass_lk_profile.py --out $W > $W/lkprof.log 2>&1
   say "lkprof rc=$?"; grep -v Warn $W/lkprof.log | tail -60 | tee -a $W/log; pack
