@@ -7,8 +7,11 @@
 #   ncu     Nsight Compute source counters on the -lineinfo build LI (NCU_POINTS "V,B,k,probs|logits ...")
 #   tests   the sampling GPU test files on LIB (-x)
 #   grid    benchmarks/sampling.py on LIB
-# Builds are folders holding libfib_sampling.so (python kernels_cuda/build.py --arch 90, or nvcc by
-# hand), carried beside .gpu/ (../shared/gpu's three files):
+# Builds are folders holding libfib_sampling.so, made here before the call and carried beside .gpu/
+# (../shared/gpu's three files), e.g. (each ~7 min on 2 cores; .tar.xz files under .device/ are unpacked there):
+#   python kernels_cuda/build.py --arch 90 --family sampling --out-dir .device/a
+#   python kernels_cuda/build.py --arch 90 --family sampling --out-dir .device/prof --nvcc-flag=-DFIB_SAMPLING_PROFILE
+#   python kernels_cuda/build.py --arch 90 --family sampling --out-dir .device/li --nvcc-flag=-lineinfo
 #   run(command="STAGES='lkprof ab' PROF=.device/prof BUILDS='.device/a .device/b' bash benchmarks/run_sampling_device.sh",
 #       carry=[".gpu", ".device"])
 # Results: $OUT/r.tgz and $OUT/log, packed after every stage. Timeouts: T_<STAGE> seconds.

@@ -125,9 +125,10 @@ def family_sources(family: str) -> list[Path]:
     return files
 
 
-def command(nvcc: str, family: str, out: Path, threads: int, archs: list[tuple[str, str]] | None = None) -> list[str]:
+def command(nvcc: str, family: str, out: Path, threads: int, archs: list[tuple[str, str]] | None = None,
+            extra: list[str] | None = None) -> list[str]:
     incs, libdir = tvm_ffi_paths()
-    cmd = [nvcc, *BASE_FLAGS]
+    cmd = [nvcc, *BASE_FLAGS, *(extra or [])]
     for virt, real in archs or GENCODE:
         cmd.append(f"-gencode=arch={virt},code={real}")
     if threads > 1:
@@ -159,10 +160,10 @@ def up_to_date(family: str, fp: str) -> bool:
 
 
 def build_one(nvcc: str, family: str, threads: int, force: bool, verbose: bool,
-              archs: list[tuple[str, str]] | None = None) -> tuple[str, str, float, str]:
+              archs: list[tuple[str, str]] | None = None, extra: list[str] | None = None) -> tuple[str, str, float, str]:
     """Returns (family, status, seconds, log) with status in built/up-to-date/failed."""
     out = output_path(family)
-    cmd = command(nvcc, family, out, threads, archs)
+    cmd = command(nvcc, family, out, threads, archs, extra)
     fp = fingerprint(family, cmd)
     if not force and up_to_date(family, fp):
         return family, "up-to-date", 0.0, ""
@@ -194,8 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", default=os.environ.get("FIB_CUDA_ARCHS", ""),
                     help="comma list of 80/89/90: machine code for these only, no PTX (default, or env "
                          "FIB_CUDA_ARCHS: sm_80, sm_89, sm_90 + PTX compute_90)")
+    ap.add_argument("--nvcc-flag", action="append", default=[], metavar="FLAG",
+                    help="one more nvcc flag, as --nvcc-flag=-DFIB_SAMPLING_PROFILE or --nvcc-flag=-lineinfo "
+                         "(repeatable; profile and A/B builds, with --out-dir; part of the build's fingerprint)")
+    ap.add_argument("--out-dir", type=Path,
+                    help="build into this folder instead of fib_runtime/kernels/_bin (load it with FIB_KERNELS_DIR)")
     ap.add_argument("--src-dir", type=Path, help=argparse.SUPPRESS)  # tests: another kernels_cuda tree
-    ap.add_argument("--out-dir", type=Path, help=argparse.SUPPRESS)  # tests: another _bin
     args = ap.parse_args(argv)
     global ROOT, SRC, INCLUDE, OUT_DIR
     if args.src_dir:
@@ -244,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     t0 = time.time()
     with cf.ThreadPoolExecutor(max_workers=workers) as ex:
-        futs = [ex.submit(build_one, nvcc, f, threads, args.force, args.verbose, archs) for f in fams]
+        futs = [ex.submit(build_one, nvcc, f, threads, args.force, args.verbose, archs, args.nvcc_flag) for f in fams]
         for fut in cf.as_completed(futs):
             fam, status, dt, log = fut.result()
             if status == "failed":

@@ -108,6 +108,20 @@ def test_bad_arch_is_an_error(tmp_path):
 
 
 @pytest.mark.skipif(not have_nvcc, reason="needs nvcc")
+def test_extra_nvcc_flag_reaches_the_command_and_the_fingerprint(tmp_path):
+    _, out = tiny_family(tmp_path)
+    args = ("--src-dir", str(tmp_path / "k"), "--out-dir", str(out), "-v", "--arch", "90")
+    r = run_build(*args)
+    assert r.returncode == 0 and "tiny: built" in r.stdout, r.stderr
+    assert "-DFIB_TINY_PROFILE" not in r.stdout
+    r = run_build(*args, "--nvcc-flag=-DFIB_TINY_PROFILE", "--nvcc-flag=-lineinfo")
+    assert r.returncode == 0 and "tiny: built" in r.stdout, r.stderr  # another binary: rebuilt
+    assert "-DFIB_TINY_PROFILE" in r.stdout and "-lineinfo" in r.stdout
+    assert "tiny: up-to-date" in run_build(*args, "--nvcc-flag=-DFIB_TINY_PROFILE", "--nvcc-flag=-lineinfo").stdout
+    assert "tiny: built" in run_build(*args).stdout  # and back
+
+
+@pytest.mark.skipif(not have_nvcc, reason="needs nvcc")
 def test_arch_build_is_its_own_fingerprint(tmp_path):
     _, out = tiny_family(tmp_path)
     args = ("--src-dir", str(tmp_path / "k"), "--out-dir", str(out), "-v")
