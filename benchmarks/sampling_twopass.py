@@ -3,7 +3,7 @@
 cake sampler on the H200: top-k+top-p (k=50 unless stated, per-row top_k, top_p=0.9) from fp32
 probs, fp32 logits (top_k_first) and joint, device time from CUDA graphs over 4 inputs (median of
 3), plus token-identity checks of the two-pass kernel against the streaming kernel
-(sampling_ab.identity_checks). JSON to --out/sampling_twopass_h200.json.
+(sampling_ab.identity_checks). JSON to --out/sampling_twopass<tag>_<gpu>.json (gpu: h200, h100, ...).
 
 Usage: python benchmarks/sampling_twopass.py [--out DIR] [--quick] [--skip-identity]
 """
@@ -76,7 +76,7 @@ def main():
 
     import torch
 
-    from sampling import FI, graph_time, make_inputs, run_meta  # noqa: E402
+    from sampling import FI, device_tag, graph_time, make_inputs, run_meta  # noqa: E402
     from sampling_ab import identity_checks, knob  # noqa: E402
 
     from fib_runtime.kernels import sampling as S
@@ -117,11 +117,11 @@ def main():
                           "spec_count": f[10]})
                 res["profile"].append(r)
                 log("profile " + json.dumps(r))
-        (out / f"sampling_twopass_profile{args.tag}_h200.json").write_text(json.dumps(res, indent=1))
+        (out / f"sampling_twopass_profile{args.tag}_{device_tag()}.json").write_text(json.dumps(res, indent=1))
         return
 
     def save():
-        (out / f"sampling_twopass{args.tag}_h200.json").write_text(json.dumps(res, indent=1))
+        (out / f"sampling_twopass{args.tag}_{device_tag()}.json").write_text(json.dumps(res, indent=1))
 
     for B, V, k, kind, knobs in (LARGEK if args.largek else AB if args.ab else QUICK if args.quick else POINTS):
         lgs = make_inputs(B, V, kind.replace("_bf16", ""))
