@@ -516,11 +516,31 @@ def device_tag(name=None):
     return name.replace("NVIDIA ", "").split()[0].lower() if name.strip() else "gpu"
 
 
-def prof_slots(mod):
-    """The phase timestamps of the last call of a -DFIB_SAMPLING_PROFILE build (`mod.prof_read()`): slot i
-    as us since slot 0, None where unset (slots a call did not reach read as negative)."""
-    vals = [int(v) for v in str(mod.prof_read()).split(",")][20:52]
+def prof_slots(mod, raw=None):
+    """The phase timestamps of the last call of a -DFIB_SAMPLING_PROFILE build (`mod.prof_read()`, or its
+    fields already read as ints, `raw`): slot i as us since slot 0, None where unset (slots a call did not
+    reach read as negative)."""
+    vals = (raw if raw is not None else [int(v) for v in str(mod.prof_read()).split(",")])[20:52]
     return [v / 1000.0 if v > 0 else None for v in vals]
+
+
+def median_slots(per_input, names):
+    """Per phase name, the median over the inputs' timestamps (None where fewer than 3 inputs reached it)."""
+    med = {}
+    for n in names:
+        vs = sorted(s[n] for s in per_input if s[n] is not None)
+        med[n] = vs[len(vs) // 2] if len(vs) >= 3 else None
+    return med
+
+
+def write_profile(out_dir, stem, mod, rows):
+    """A profile script's rows with the run's metadata and the build's switches, to
+    <out_dir>/<stem>_<gpu>.json."""
+    meta = run_meta()
+    meta["build_config"] = str(mod.build_config())
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}_{device_tag(meta['device'])}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
 def run_meta():

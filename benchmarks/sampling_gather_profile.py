@@ -15,7 +15,6 @@ timestamps cost a little).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -25,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from sampling import device_tag, graph_time, make_inputs, prof_slots, run_meta  # noqa: E402
+from sampling import graph_time, make_inputs, median_slots, prof_slots, write_profile  # noqa: E402
 
 from fib_runtime.kernels import loader  # noqa: E402
 from fib_runtime.kernels import sampling as S  # noqa: E402
@@ -62,20 +61,12 @@ def main():
                         fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=hint)
                         vals = prof_slots(mod)
                         slots.append({n: vals[j] for n, j in SLOTS.items()})
-                    med = {}
-                    for n in SLOTS:
-                        vs = sorted(s[n] for s in slots if s[n] is not None)
-                        med[n] = vs[len(vs) // 2] if len(vs) >= 3 else None
+                    med = median_slots(slots, SLOTS)
                     rows.append({"V": V, "B": B, "src": src, "hint": hint, "graph_us": us, "phases_us": med,
                                  "per_input": slots})
                     print(f"{V:>7} {B:>3} {src:>6} {str(hint):>5} {us:6.1f}  " +
                           " ".join(f"{(f'{med[n]:.2f}' if med[n] is not None else '-'):>11}" for n in SLOTS), flush=True)
-    meta = run_meta()
-    meta["build_config"] = str(mod.build_config())
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"sampling_gather_profile_{device_tag(meta['device'])}.json").write_text(
-        json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_profile(args.out, "sampling_gather_profile", mod, rows)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -27,7 +26,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from sampling import device_tag, graph_time, make_inputs, prof_slots, run_meta  # noqa: E402
+from sampling import graph_time, make_inputs, median_slots, prof_slots, write_profile  # noqa: E402
+from sampling_small_profile import cta_summary  # noqa: E402
 
 from fib_runtime.kernels import loader  # noqa: E402
 from fib_runtime.kernels import sampling as S  # noqa: E402
@@ -36,20 +36,6 @@ SLOTS = {"estimate": 15, "pass_end": 16, "pass1": 1, "candidates": 2, "radix": 3
          "merged": 6, "rt_weights": 12, "rt_round0": 13, "rt_check": 14, "token": 8}
 # (B=64 V=32000 is the cluster kernel's: benchmarks/sampling_gather_profile.py)
 POINTS = [(64, 128256, 2048), (64, 151936, 2048), (64, 128256, 1024), (128, 128256, 2048), (256, 128256, 2048)]
-
-
-def cta_summary(raw: str, B: int) -> dict:
-    v = [int(x) for x in raw.split(",")]
-    out = {}
-    for rank in range(8):
-        ev = {}
-        for e in range(4):
-            xs = [v[(r * 8 + rank) * 4 + e] / 1e3 for r in range(B) if v[(r * 8 + rank) * 4 + e] >= 0]
-            if xs:
-                ev[e] = (round(statistics.median(xs), 2), round(max(xs), 2))
-        if ev:
-            out[rank] = ev
-    return out
 
 
 def main():
@@ -81,26 +67,18 @@ def main():
                     fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=k)
                     raw = [int(v) for v in str(mod.prof_read()).split(",")]
                     cands.append(raw[10])  # slot 11: the speculative candidates of row 0 / rank 0
-                    vals = [v / 1000.0 if v > 0 else None for v in raw[20:52]]
+                    vals = prof_slots(mod, raw)
                     slots.append({n: vals[j] for n, j in SLOTS.items()})
                     if hasattr(mod, "prof_cta_read"):
-                        ctas.append(cta_summary(str(mod.prof_cta_read(B)), B))
-                med = {}
-                for n in SLOTS:
-                    vs = sorted(s[n] for s in slots if s[n] is not None)
-                    med[n] = vs[len(vs) // 2] if len(vs) >= 3 else None
+                        ctas.append(cta_summary(mod.prof_cta_read(B), B))
+                med = median_slots(slots, SLOTS)
                 rows.append({"B": B, "V": V, "k": k, "kind": kind, "src": src, "graph_us": us, "phases_us": med,
                              "spec_candidates": cands, "per_input": slots, "ctas": ctas})
                 print(f"{B:>3} {V:>7} {k:>5} {src:>6} {kind:>6} {us:6.1f} {cands[0]:>5}  " +
                       " ".join(f"{(f'{med[n]:.2f}' if med[n] is not None else '-'):>10}" for n in SLOTS), flush=True)
                 if ctas:
                     print("      ctas (rank: event: median/max us): " + json.dumps(ctas[0]), flush=True)
-    meta = run_meta()
-    meta["build_config"] = str(mod.build_config())
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"sampling_twopass_lk_profile_{device_tag(meta['device'])}.json").write_text(
-        json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_profile(args.out, "sampling_twopass_lk_profile", mod, rows)
 
 
 if __name__ == "__main__":
