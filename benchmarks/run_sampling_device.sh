@@ -2,7 +2,7 @@
 # One device call for the sampling kernels, stage by stage (STAGES, in order):
 #   lkprof  benchmarks/sampling_twopass_lk_profile.py on the profile build PROF (-DFIB_SAMPLING_PROFILE)
 #   gprof   benchmarks/sampling_gather_profile.py on PROF (the cluster kernel's gathered tail)
-#   ab      benchmarks/sampling_twopass.py --largek --ab --hint --no-cake, builds BUILDS alternating, twice
+#   ab      benchmarks/sampling_twopass.py --largek (or AB_POINTS, e.g. --lk1) --ab --hint --no-cake, builds BUILDS alternating, twice
 #   gab     benchmarks/sampling_gather.py, builds BUILDS alternating, twice
 #   ncu     Nsight Compute source counters on the -lineinfo build LI (NCU_POINTS "V,B,k,probs|logits ...")
 #   tests   the sampling GPU test files on LIB (-x)
@@ -44,7 +44,7 @@ for st in ab gab; do
     for b in ${BUILDS:-}; do
       tag=_$(basename $b)_run$rep
       if [ $st = ab ]; then
-        FIB_KERNELS_DIR=$REPO/$b timeout ${T_AB:-150} python3 benchmarks/sampling_twopass.py --largek --ab --hint --no-cake \
+        FIB_KERNELS_DIR=$REPO/$b timeout ${T_AB:-150} python3 benchmarks/sampling_twopass.py ${AB_POINTS:---largek} --ab --hint --no-cake \
           --skip-identity --tag "$tag" --out $W > $W/${st}$tag.log 2>&1
       else
         FIB_KERNELS_DIR=$REPO/$b timeout ${T_GAB:-150} python3 benchmarks/sampling_gather.py --out $W/gab$tag > $W/${st}$tag.log 2>&1

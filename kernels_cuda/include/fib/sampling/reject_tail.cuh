@@ -24,6 +24,13 @@ constexpr int kRejTailMaxK = 4 * kThreads;
 // u32, the candidates and the per-warp sums)
 constexpr int kRejTailScratch = kRejTailMaxK + kBins / 2 + 4 + 4 * kWarps;
 
+// 1: the loop that ranks an entry within its bucket (1-2 entries on average) is not unrolled: unrolled
+// it took ~790 SASS instructions of the two-pass kernel's tail, whose warps waited on instruction
+// fetches there (Nsight Compute, H100, B=64 V=128256 k=2048; docs/sampling-journal.md, "The estimate's wait")
+#ifndef FIB_REJ_RANK_ROLLED
+#define FIB_REJ_RANK_ROLLED 0
+#endif
+
 __device__ __forceinline__ uint32_t comp_index(uint64_t v) { return 0xffffffffu - static_cast<uint32_t>(v); }
 
 // T[0..nc) = G[0..nc) in ascending token index (nc <= kRejTailMaxK = 4 per thread, unique indices
@@ -80,6 +87,9 @@ __device__ __forceinline__ void sort_by_index(const uint64_t* G, int nc, int V, 
     if (j < nc) {
       const uint32_t b = comp_index(v[q]) >> sh, me = comp_index(v[q]);
       const uint32_t end = (b + 1 < static_cast<uint32_t>(kBins)) ? off[b + 1] : static_cast<uint32_t>(nc);
+#if FIB_REJ_RANK_ROLLED
+#pragma unroll 1
+#endif
       for (uint32_t i = b0[q]; i < end; ++i) at[q] += comp_index(T[i]) < me ? 1u : 0u;
     }
   }

@@ -47,6 +47,13 @@ struct Segs {
   }
 };
 
+// 1: kth_prefix combines the warps' extremes by one read per lane and shuffles instead of every
+// thread reading all 2 kWarps (136 SASS instructions run once per call, whose fetches the warps
+// waited on in the two-pass kernel's merge; docs/sampling-journal.md, "The estimate's wait")
+#ifndef FIB_SELECT_SHFL_RED
+#define FIB_SELECT_SHFL_RED 0
+#endif
+
 struct SelectSmem {
   uint32_t hist[2][256];  // double-buffered: a pass counts into one while the other is cleared
   uint64_t red[2 * kWarps];
@@ -79,6 +86,11 @@ __device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm, int slack = 
   }
   if (tid < 256) sm.hist[0][tid] = 0u;
   __syncthreads();
+#if FIB_SELECT_SHFL_RED
+  // lane w reads warp w's extremes, then the warp reduces them (the same values)
+  mx = warp_max_u64(lane < kWarps ? sm.red[lane] : 0ull);
+  mn = warp_min_u64(lane < kWarps ? sm.red[kWarps + lane] : ~0ull);
+#else
   mx = 0ull;
   mn = ~0ull;
 #pragma unroll
@@ -86,6 +98,7 @@ __device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm, int slack = 
     mx = sm.red[w] > mx ? sm.red[w] : mx;
     mn = sm.red[kWarps + w] < mn ? sm.red[kWarps + w] : mn;
   }
+#endif
   if (mx == mn) {
     __syncthreads();  // (red is read by every thread before a later call rewrites it)
     return mn;
