@@ -25,8 +25,9 @@ constexpr int kRejTailMaxK = 4 * kThreads;
 constexpr int kRejTailScratch = kRejTailMaxK + kBins / 2 + 4 + 4 * kWarps;
 
 // 1: the loop that ranks an entry within its bucket (1-2 entries on average) is not unrolled: unrolled
-// it took ~790 SASS instructions of the two-pass kernel's tail, whose warps waited on instruction
-// fetches there (Nsight Compute, H100, B=64 V=128256 k=2048; docs/sampling-journal.md, "The estimate's wait")
+// it took ~790 SASS instructions of the two-pass kernel's tail, run once per row and fetched cold
+// (its warps stalled on instruction fetch; Nsight Compute, H100, B=64 V=128256 k=2048); rolled, the
+// large-k rows of that kernel took ~0.8% less time (docs/sampling-journal.md, "The estimate's wait")
 #ifndef FIB_REJ_RANK_ROLLED
 #define FIB_REJ_RANK_ROLLED 0
 #endif

@@ -99,15 +99,14 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 #define FIB_TWOPASS_SPEC 0
 #endif
 // The large-k instantiation with one CTA per SM (B <= ~128 rows): 1 issues the row's top_k load and
-// the speculative sample's loads before the first pass's loads, instead of after them (the top_k
-// load then waited ~2 us behind the whole GPU's first batch, and the sample's loads after it: on the
-// H100 at B=64 V=128256 k=2048 the estimate ended 7.1 us after the entry, with the slice's DRAM
-// traffic stopped past the first batch; docs/sampling-journal.md, "The estimate's wait")
+// the speculative sample's loads before the first pass's loads, instead of after them. Off: on the
+// H100 it changed nothing (0.9995x at B=64, 1.0017x at B=128), although the estimate ends 7.1 us
+// after the entry at B=64 V=128256 k=2048 (docs/sampling-journal.md, "The estimate's wait")
 #ifndef FIB_TWOPASS_EARLY
 #define FIB_TWOPASS_EARLY 0
 #endif
 // and KB of the slice past its first batch prefetched into L2 (cp.async.bulk.prefetch) while the
-// estimate runs (0: none)
+// estimate runs (0: none; 128 cost 1.3% at B=64 and 3.7% at B=128 on the H100)
 #ifndef FIB_TWOPASS_L2PF_KB
 #define FIB_TWOPASS_L2PF_KB 0
 #endif
