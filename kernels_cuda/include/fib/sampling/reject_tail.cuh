@@ -29,7 +29,7 @@ constexpr int kRejTailScratch = kRejTailMaxK + kBins / 2 + 4 + 4 * kWarps;
 // (its warps stalled on instruction fetch; Nsight Compute, H100, B=64 V=128256 k=2048); rolled, the
 // large-k rows of that kernel took ~0.8% less time (docs/sampling-journal.md, "The estimate's wait")
 #ifndef FIB_REJ_RANK_ROLLED
-#define FIB_REJ_RANK_ROLLED 0
+#define FIB_REJ_RANK_ROLLED 1
 #endif
 
 __device__ __forceinline__ uint32_t comp_index(uint64_t v) { return 0xffffffffu - static_cast<uint32_t>(v); }

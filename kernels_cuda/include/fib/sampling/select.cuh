@@ -51,7 +51,7 @@ struct Segs {
 // thread reading all 2 kWarps (136 SASS instructions run once per call, whose fetches the warps
 // waited on in the two-pass kernel's merge; docs/sampling-journal.md, "The estimate's wait")
 #ifndef FIB_SELECT_SHFL_RED
-#define FIB_SELECT_SHFL_RED 0
+#define FIB_SELECT_SHFL_RED 1
 #endif
 
 struct SelectSmem {
