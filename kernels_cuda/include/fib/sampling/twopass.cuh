@@ -98,18 +98,6 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 #ifndef FIB_TWOPASS_SPEC
 #define FIB_TWOPASS_SPEC 0
 #endif
-// The large-k instantiation with one CTA per SM (B <= ~128 rows): 1 issues the row's top_k load and
-// the speculative sample's loads before the first pass's loads, instead of after them. Off: on the
-// H100 it changed nothing (0.9995x at B=64, 1.0017x at B=128), although the estimate ends 7.1 us
-// after the entry at B=64 V=128256 k=2048 (docs/sampling-journal.md, "The estimate's wait")
-#ifndef FIB_TWOPASS_EARLY
-#define FIB_TWOPASS_EARLY 0
-#endif
-// and KB of the slice past its first batch prefetched into L2 (cp.async.bulk.prefetch) while the
-// estimate runs (0: none; 128 cost 1.3% at B=64 and 3.7% at B=128 on the H100)
-#ifndef FIB_TWOPASS_L2PF_KB
-#define FIB_TWOPASS_L2PF_KB 0
-#endif
 // 1: top_k_first rows with k > p.rej_min_k sample by the cluster kernel's rejection rounds on the
 // exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token. Off in the
 // default kernel (on in the large-k one): the call in the row loop moves values out of the uniform
@@ -289,40 +277,13 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     const int g = u * kThreads + tid;
     return g < nv ? ld_first(reinterpret_cast<const uint4*>(body) + g) : make_uint4(0u, 0u, 0u, 0u);
   };
-  // (kEarly: the row's top_k and the speculative sample's loads go out first, FIB_TWOPASS_EARLY
-  // above; the sample as below: SV vectors per thread, evenly over the slice)
-  constexpr bool kEarly = LK && MINB == 1 && FIB_TWOPASS_EARLY != 0;
-  constexpr int kSV = kTpGroups / TPV;
-  [[maybe_unused]] uint4 sq[kSV];
-  [[maybe_unused]] int k_early = 0;
-  if constexpr (kEarly) {
-    k_early = row_top_k(p, row);
-    int g0 = static_cast<int>((static_cast<int64_t>(tid) * nv) / kThreads) & ~(kSV - 1);
-    if (g0 > nv - kSV) g0 = nv - kSV;
-#pragma unroll
-    for (int v = 0; v < kSV; ++v)
-      sq[v] = nv >= kSV ? ld_again(reinterpret_cast<const uint4*>(body) + g0 + v) : make_uint4(0u, 0u, 0u, 0u);
-  }
   // the first pass's loads go out before the row's parameters are read (global loads too)
   uint4 q[PD];
 #pragma unroll
   for (int d = 0; d < PD; ++d) q[d] = ldv(d);
-#if FIB_TWOPASS_L2PF_KB > 0
-  if constexpr (LK && MINB == 1) {
-    // the body's bytes past the first batch, up to FIB_TWOPASS_L2PF_KB KB, into L2 in 8 KB pieces
-    // (body: 16-byte aligned; sizes: multiples of 16)
-    constexpr int kPiece = 8192;
-    const int64_t b0 = static_cast<int64_t>(PD) * kThreads * 16, bend = static_cast<int64_t>(nv) * 16;
-    const int64_t off = b0 + static_cast<int64_t>(tid) * kPiece;
-    if (tid < FIB_TWOPASS_L2PF_KB * 1024 / kPiece && off < bend) {
-      const uint32_t sz = static_cast<uint32_t>(bend - off < kPiece ? bend - off : kPiece);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(body + off), "r"(sz) : "memory");
-    }
-  }
-#endif
 
   const bool logits = p.is_logits != 0;
-  const int k = kEarly ? k_early : row_top_k(p, row);
+  const int k = row_top_k(p, row);
   const float T = logits ? (p.temp_arr ? p.temp_arr[row] : p.temp_val) : 1.0f;
   if (!(k > 0 && k < V && k <= kFilterMaxK) || (logits && !(T > 0.0f))) {
     sample_row<DT>(p, dsm, row, rank, S, p.chunk, false);  // general algorithm over the cluster
@@ -482,16 +443,12 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
       float sv[kTpGroups];
       {
         constexpr int SV = kTpGroups / TPV;  // vectors per sample (fp32 2, 16-bit 1)
-        [[maybe_unused]] int g0 = static_cast<int>((static_cast<int64_t>(tid) * nv) / kThreads) & ~(SV - 1);
+        int g0 = static_cast<int>((static_cast<int64_t>(tid) * nv) / kThreads) & ~(SV - 1);
         if (g0 > nv - SV) g0 = nv - SV;  // (nvt >= 2 PD: nv >= kThreads)
 #pragma unroll
         for (int v = 0; v < SV; ++v) {
           float x[TPV];
-          if constexpr (kEarly) {
-            unpack_vec<DT>(sq[v], x);  // (the same vectors, loaded at the entry)
-          } else {
-            unpack_vec<DT>(ld_again(reinterpret_cast<const uint4*>(body) + g0 + v), x);
-          }
+          unpack_vec<DT>(ld_again(reinterpret_cast<const uint4*>(body) + g0 + v), x);
 #pragma unroll
           for (int j = 0; j < TPV; ++j) sv[v * TPV + j] = x[j];
         }
