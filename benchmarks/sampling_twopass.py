@@ -53,7 +53,7 @@ LARGEK = [(B, V, k, "peaked", (0,)) for V in (32000, 128256, 151936) for B in (6
     # small batches (the policy: the cluster kernel) beside the two-pass kernel forced with 4 / 8 CTAs per row
     (B, 128256, 2048, "peaked", (0, 3004, 3008)) for B in (1, 16)]
 # the large-k rows of one CTA per SM (--lk1: B = 64 and 128, the large-k instantiation's kernel for
-# one CTA per SM, FIB_TWOPASS_EARLY / FIB_TWOPASS_L2PF_KB)
+# one CTA per SM; docs/sampling-journal.md, "The estimate's wait")
 LK1 = [(B, V, k, kind, (0,)) for B in (64, 128) for V in (32000, 128256, 151936)
        for k, kind in ((1024, "peaked"), (2048, "peaked"), (2048, "flat"))]
 # profiling builds (-DFIB_SAMPLING_PROFILE): phase times of row 0 / rank 0, us since kernel entry
