@@ -516,6 +516,26 @@ def device_tag(name=None):
     return name.replace("NVIDIA ", "").split()[0].lower() if name.strip() else "gpu"
 
 
+def profile_module():
+    """The sampling library loaded from FIB_KERNELS_DIR, which must be a -DFIB_SAMPLING_PROFILE build
+    (exits otherwise)."""
+    from fib_runtime.kernels import loader
+
+    mod = loader.load_family("sampling")
+    if mod is None or not hasattr(mod, "prof_read"):
+        sys.exit("needs a -DFIB_SAMPLING_PROFILE build in FIB_KERNELS_DIR")
+    return mod
+
+
+def topk_topp_case(lgs, B, k, src):
+    """A profile point's top-k + top-p call from `src` ("probs": the softmax of the logits lgs, or
+    "logits"): (inputs, function, per-row top_k = k, per-row top_p = 0.9)."""
+    xs = [torch.softmax(x, -1) for x in lgs] if src == "probs" else lgs
+    fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
+    return (xs, fn, torch.full((B,), k, dtype=torch.int32, device="cuda"),
+            torch.full((B,), 0.9, device="cuda"))
+
+
 def prof_slots(mod, raw=None):
     """The phase timestamps of the last call of a -DFIB_SAMPLING_PROFILE build (`mod.prof_read()`, or its
     fields already read as ints, `raw`): slot i as us since slot 0, None where unset (slots a call did not

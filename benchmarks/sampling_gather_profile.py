@@ -24,10 +24,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from sampling import graph_time, make_inputs, median_slots, prof_slots, write_profile  # noqa: E402
+from sampling import (graph_time, make_inputs, median_slots, prof_slots,  # noqa: E402
+                      profile_module, topk_topp_case, write_profile)
 
-from fib_runtime.kernels import loader  # noqa: E402
-from fib_runtime.kernels import sampling as S  # noqa: E402
 
 SLOTS = {"loaded": 1, "sync_a": 2, "delegate": 3, "pass0": 18, "pass1": 19, "pass2": 20, "gather_sync": 23,
          "gathered": 21, "selected": 22, "tail_token": 9, "span_masses": 11, "round_a": 12, "round_b": 13,
@@ -38,9 +37,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = ap.parse_args()
-    mod = loader.load_family("sampling")
-    if mod is None or not hasattr(mod, "prof_read"):
-        sys.exit("needs a -DFIB_SAMPLING_PROFILE build in FIB_KERNELS_DIR")
+    mod = profile_module()
     seed_t = torch.tensor([7], dtype=torch.int64, device="cuda")
     rows = []
     print(f"{'V':>7} {'B':>3} {'src':>6} {'hint':>5} {'us':>6}  " + " ".join(f"{n:>11}" for n in SLOTS))
@@ -48,10 +45,7 @@ def main():
         for B in (1, 16):
             lgs = make_inputs(B, V, "peaked")
             for src in ("probs", "logits"):
-                xs = [torch.softmax(x, -1) for x in lgs] if src == "probs" else lgs
-                fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
-                kt = torch.full((B,), 2048, dtype=torch.int32, device="cuda")
-                pt = torch.full((B,), 0.9, device="cuda")
+                xs, fn, kt, pt = topk_topp_case(lgs, B, 2048, src)
                 for hint in (None, 2048):
                     out = torch.empty(B, dtype=torch.int64, device="cuda")
                     us = graph_time([(lambda i=i: fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=hint))

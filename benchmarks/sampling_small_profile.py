@@ -34,10 +34,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from sampling import FI, device_tag, graph_time, make_inputs, prof_slots, run_meta  # noqa: E402
+from sampling import (FI, device_tag, graph_time, make_inputs, prof_slots,  # noqa: E402
+                      profile_module, run_meta, topk_topp_case)
 
-from fib_runtime.kernels import loader  # noqa: E402
-from fib_runtime.kernels import sampling as S  # noqa: E402
 
 ORDER = [24, 25, 26, 27, 1, 2, 3, 4, 5, 20, 21, 22, 6, 7, 28, 29, 30, 31, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19, 23]
 
@@ -77,9 +76,7 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--k", type=int, default=50)
     args = ap.parse_args()
-    mod = loader.load_family("sampling")
-    if mod is None or not hasattr(mod, "prof_read"):
-        sys.exit("needs a -DFIB_SAMPLING_PROFILE build in FIB_KERNELS_DIR")
+    mod = profile_module()
     FI.load()
     seed_t = torch.tensor([7], dtype=torch.int64, device="cuda")
     rows = []
@@ -91,10 +88,7 @@ def main():
                 for src in ("probs", "logits"):
                     if src == "logits" and kind == "flat":
                         continue
-                    xs = [torch.softmax(x, -1) for x in lgs] if src == "probs" else lgs
-                    fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
-                    kt = torch.full((B,), k, dtype=torch.int32, device="cuda")
-                    pt = torch.full((B,), 0.9, device="cuda")
+                    xs, fn, kt, pt = topk_topp_case(lgs, B, k, src)
                     out = torch.empty(B, dtype=torch.int64, device="cuda")
                     us = graph_time([(lambda i=i: fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=k))
                                      for i in range(4)])

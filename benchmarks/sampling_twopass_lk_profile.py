@@ -26,11 +26,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from sampling import graph_time, make_inputs, median_slots, prof_slots, write_profile  # noqa: E402
+from sampling import (graph_time, make_inputs, median_slots, prof_slots,  # noqa: E402
+                      profile_module, topk_topp_case, write_profile)
 from sampling_small_profile import cta_summary  # noqa: E402
 
-from fib_runtime.kernels import loader  # noqa: E402
-from fib_runtime.kernels import sampling as S  # noqa: E402
 
 SLOTS = {"estimate": 15, "pass_end": 16, "pass1": 1, "candidates": 2, "radix": 3, "cut": 4, "cl_wait": 5,
          "merged": 6, "rt_weights": 12, "rt_round0": 13, "rt_check": 14, "token": 8}
@@ -42,9 +41,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = ap.parse_args()
-    mod = loader.load_family("sampling")
-    if mod is None or not hasattr(mod, "prof_read"):
-        sys.exit("needs a -DFIB_SAMPLING_PROFILE build in FIB_KERNELS_DIR")
+    mod = profile_module()
     seed_t = torch.tensor([7], dtype=torch.int64, device="cuda")
     rows = []
     print(f"{'B':>3} {'V':>7} {'k':>5} {'src':>6} {'kind':>6} {'us':>6} {'cand':>5}  "
@@ -53,10 +50,7 @@ def main():
         for kind in ("peaked", "flat"):
             lgs = make_inputs(B, V, kind)
             for src in ("probs", "logits"):
-                xs = [torch.softmax(x, -1) for x in lgs] if src == "probs" else lgs
-                fn = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
-                kt = torch.full((B,), k, dtype=torch.int32, device="cuda")
-                pt = torch.full((B,), 0.9, device="cuda")
+                xs, fn, kt, pt = topk_topp_case(lgs, B, k, src)
                 out = torch.empty(B, dtype=torch.int64, device="cuda")
                 us = graph_time([(lambda i=i: fn(xs[i], kt, pt, seed=seed_t, offset=i, out=out, min_top_k=k))
                                  for i in range(4)])
