@@ -1,12 +1,13 @@
 #!/bin/bash
 # One device call for the sampling kernels, stage by stage (STAGES, in order):
-#   lkprof  benchmarks/sampling_twopass_lk_profile.py on the profile build PROF (-DFIB_SAMPLING_PROFILE)
+#   lkprof  benchmarks/sampling_twopass_lk_profile.py on the profile build PROF (-DFIB_SAMPLING_PROFILE), or on each of PROFS
 #   gprof   benchmarks/sampling_gather_profile.py on PROF (the cluster kernel's gathered tail)
 #   ab      benchmarks/sampling_twopass.py --largek (or AB_POINTS, e.g. --lk1) --ab --hint --no-cake, builds BUILDS alternating, twice
 #   gab     benchmarks/sampling_gather.py, builds BUILDS alternating, twice
+#   envab   the ab points on LIB without and with each AB_ENVS setting ("FIB_SAMPLING_REJECT_MIN_K=256 ..."), alternating, twice
 #   ncu     Nsight Compute source counters on the -lineinfo build LI (NCU_POINTS "V,B,k,probs|logits ...")
 #   tests   the sampling GPU test files on LIB (-x)
-#   grid    benchmarks/sampling.py on LIB
+#   grid    benchmarks/sampling.py on LIB, or on each build of GRID_LIBS
 # Builds are folders holding libfib_sampling.so, made here before the call and carried beside .gpu/
 # (../shared/gpu's three files), e.g. (each ~7 min on 2 cores; .tar.xz files under .device/ are unpacked there):
 #   python kernels_cuda/build.py --arch 90 --family sampling --out-dir .device/a
@@ -31,12 +32,26 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --fo
 say "setup done"; tail -2 $W/setup.log | tee -a $W/log
 LIB=$REPO/${LIB:-fib_runtime/kernels/_bin}; PROF=${PROF:-.device/prof}; LI=${LI:-.device/li}
 if has lkprof; then
-  FIB_KERNELS_DIR=$REPO/$PROF timeout ${T_LKPROF:-150} python3 benchmarks/sampling_twopass_lk_profile.py --out $W > $W/lkprof.log 2>&1
-  say "lkprof rc=$?"; grep -v Warn $W/lkprof.log | tail -60 | tee -a $W/log; pack
+  for pb in ${PROFS:-$PROF}; do  # (several profile builds: one folder of results each)
+    pw=$W/lkprof_$(basename $pb); mkdir -p $pw
+    FIB_KERNELS_DIR=$REPO/$pb timeout ${T_LKPROF:-150} python3 benchmarks/sampling_twopass_lk_profile.py --out $pw > $pw/lkprof.log 2>&1
+    say "lkprof $pb rc=$?"; grep -v Warn $pw/lkprof.log | grep -v ctas | tail -40 | tee -a $W/log; pack
+  done
 fi
 if has gprof; then
   FIB_KERNELS_DIR=$REPO/$PROF timeout ${T_GPROF:-120} python3 benchmarks/sampling_gather_profile.py --out $W > $W/gprof.log 2>&1
   say "gprof rc=$?"; grep -v Warn $W/gprof.log | tail -30 | tee -a $W/log; pack
+fi
+if has envab; then
+  # LIB without and with each AB_ENVS setting (e.g. FIB_SAMPLING_REJECT_MIN_K=256), alternating, twice
+  for rep in 1 2; do
+    for e in none ${AB_ENVS:-}; do
+      tag=_env_${e//[=]/_}_run$rep
+      ( [ $e != none ] && export "$e"; FIB_KERNELS_DIR=$LIB timeout ${T_AB:-150} python3 benchmarks/sampling_twopass.py \
+          ${AB_POINTS:---largek} --ab --hint --no-cake --skip-identity --tag "$tag" --out $W > $W/envab$tag.log 2>&1 )
+      say "envab $e run $rep rc=$?"; pack
+    done
+  done
 fi
 for st in ab gab; do
   has $st || continue
@@ -75,8 +90,10 @@ if has tests; then
   say "tests rc=$?"; grep -E "passed|failed|error" $W/tests.log | tail -2 | tee -a $W/log; grep -E "^(FAILED|ERROR)" $W/tests.log | head -20 | tee -a $W/log; pack
 fi
 if has grid; then
-  mkdir -p $W/grid
-  FIB_KERNELS_DIR=$LIB timeout ${T_GRID:-300} python3 benchmarks/sampling.py --out $W/grid > $W/grid.log 2>&1
-  say "grid rc=$?"; grep -B2 -A12 "Acceptance summary" $W/grid/*.md 2>/dev/null | head -20 | tee -a $W/log; pack
+  for gl in ${GRID_LIBS:-$LIB}; do  # (several builds: one folder each, grid_<name>)
+    gw=$W/grid_$(basename $gl); mkdir -p $gw; [ "$gl" = "$LIB" ] || gl=$REPO/$gl
+    FIB_KERNELS_DIR=$gl timeout ${T_GRID:-300} python3 benchmarks/sampling.py --out $gw > $gw/grid.log 2>&1
+    say "grid $gl rc=$?"; grep -B2 -A12 "Acceptance summary" $gw/*.md 2>/dev/null | head -20 | tee -a $W/log; pack
+  done
 fi
 say done
