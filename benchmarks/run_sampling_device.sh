@@ -4,7 +4,7 @@
 #   gprof   benchmarks/sampling_gather_profile.py on PROF (the cluster kernel's gathered tail)
 #   ab      benchmarks/sampling_twopass.py --largek (or AB_POINTS, e.g. --lk1) --ab --hint --no-cake, builds BUILDS alternating, twice
 #   gab     benchmarks/sampling_gather.py, builds BUILDS alternating, twice
-#   envab   the ab points on LIB without and with each AB_ENVS setting ("FIB_SAMPLING_REJECT_MIN_K=256 ..."), alternating, twice
+#   envab   the ab points (or ENVAB_POINTS) on LIB without and with each AB_ENVS setting ("FIB_SAMPLING_REJECT_MIN_K=256 ..."), alternating, twice
 #   ncu     Nsight Compute source counters on the -lineinfo build LI (NCU_POINTS "V,B,k,probs|logits ...")
 #   tests   the sampling GPU test files on LIB (-x)
 #   grid    benchmarks/sampling.py on LIB, or on each build of GRID_LIBS
@@ -48,7 +48,7 @@ if has envab; then
     for e in none ${AB_ENVS:-}; do
       tag=_env_${e//[=]/_}_run$rep
       ( [ $e != none ] && export "$e"; FIB_KERNELS_DIR=$LIB timeout ${T_AB:-150} python3 benchmarks/sampling_twopass.py \
-          ${AB_POINTS:---largek} --ab --hint --no-cake --skip-identity --tag "$tag" --out $W > $W/envab$tag.log 2>&1 )
+          ${ENVAB_POINTS:-${AB_POINTS:---largek}} --ab --hint --no-cake --skip-identity --tag "$tag" --out $W > $W/envab$tag.log 2>&1 )
       say "envab $e run $rep rc=$?"; pack
     done
   done

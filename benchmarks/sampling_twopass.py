@@ -56,6 +56,9 @@ LARGEK = [(B, V, k, "peaked", (0,)) for V in (32000, 128256, 151936) for B in (6
 # one CTA per SM; docs/sampling-journal.md, "The estimate's wait")
 LK1 = [(B, V, k, kind, (0,)) for B in (64, 128) for V in (32000, 128256, 151936)
        for k, kind in ((1024, "peaked"), (2048, "peaked"), (2048, "flat"))]
+# rows with 256 < k <= 1024 (--rejk), where FIB_SAMPLING_REJECT_MIN_K decides between the sorted tail
+# and the rejection tail (the cluster kernel's gathered tail, the two-pass kernel's reject_tail)
+REJK = [(B, V, k, "peaked", (0,)) for V in (32000, 128256) for B in (1, 16, 64, 256, 512) for k in (300, 512, 1024)]
 # profiling builds (-DFIB_SAMPLING_PROFILE): phase times of row 0 / rank 0, us since kernel entry
 PROFILE = [(1, 128256, 50, 3004), (1, 128256, 50, 3008), (16, 128256, 50, 3004), (64, 128256, 50, 3002),
            (64, 128256, 50, 3001), (128, 128256, 50, 3001), (512, 128256, 50, 3001), (64, 32000, 50, 3002),
@@ -73,6 +76,7 @@ def main():
     ap.add_argument("--tag", default="", help="suffix of the JSON file names")
     ap.add_argument("--largek", action="store_true", help="only the LARGEK points")
     ap.add_argument("--lk1", action="store_true", help="only the LK1 points (large k, one CTA per SM)")
+    ap.add_argument("--rejk", action="store_true", help="only the REJK points (256 < k <= 1024)")
     ap.add_argument("--skip-identity", action="store_true")
     ap.add_argument("--no-cake", action="store_true")
     ap.add_argument("--hint", action="store_true",
@@ -128,7 +132,7 @@ def main():
     def save():
         (out / f"sampling_twopass{args.tag}_{device_tag()}.json").write_text(json.dumps(res, indent=1))
 
-    for B, V, k, kind, knobs in (LK1 if args.lk1 else LARGEK if args.largek else AB if args.ab else QUICK if args.quick else POINTS):
+    for B, V, k, kind, knobs in (REJK if args.rejk else LK1 if args.lk1 else LARGEK if args.largek else AB if args.ab else QUICK if args.quick else POINTS):
         lgs = make_inputs(B, V, kind.replace("_bf16", ""))
         prs = [torch.softmax(x, -1) for x in lgs]
         if kind.endswith("_bf16"):

@@ -34,7 +34,9 @@ from sampling_small_profile import cta_summary  # noqa: E402
 SLOTS = {"estimate": 15, "pass_end": 16, "pass1": 1, "candidates": 2, "radix": 3, "cut": 4, "cl_wait": 5,
          "merged": 6, "rt_weights": 12, "rt_round0": 13, "rt_check": 14, "token": 8}
 # (B=64 V=32000 is the cluster kernel's: benchmarks/sampling_gather_profile.py)
-POINTS = [(64, 128256, 2048), (64, 151936, 2048), (64, 128256, 1024), (128, 128256, 2048), (256, 128256, 2048)]
+# (k = 129 and 256 beside 2048 at B=64: the same pass with ~0.2x / ~0.3x the speculative candidates)
+POINTS = [(64, 128256, 2048), (64, 151936, 2048), (64, 128256, 1024), (64, 128256, 256), (64, 128256, 129),
+          (128, 128256, 2048), (256, 128256, 2048)]
 
 
 def main():

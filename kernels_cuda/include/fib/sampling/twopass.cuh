@@ -98,13 +98,6 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 #ifndef FIB_TWOPASS_SPEC
 #define FIB_TWOPASS_SPEC 0
 #endif
-// The large-k instantiation with one CTA per SM: KB of the slice past its first batch prefetched
-// into L2 (cp.async.bulk.prefetch) while the speculative estimate runs (0: none). Refuted while the
-// speculative pass was issue-bound (1.3-3.7% slower; docs/sampling-journal.md, "The estimate's
-// wait"); timed again with the batched appends (FIB_TWOPASS_SPEC_BATCH)
-#ifndef FIB_TWOPASS_L2PF_KB
-#define FIB_TWOPASS_L2PF_KB 0
-#endif
 // 1: top_k_first rows with k > p.rej_min_k sample by the cluster kernel's rejection rounds on the
 // exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token. Off in the
 // default kernel (on in the large-k one): the call in the row loop moves values out of the uniform
@@ -112,18 +105,6 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 #ifndef FIB_TWOPASS_REJECT_TAIL
 #define FIB_TWOPASS_REJECT_TAIL 0
 #endif
-// 1: the speculative candidates' pass (large-k instantiation) places its tokens a batch of PD vectors
-// at a time, with one warp scan and one shared atomic per warp and batch, in the kernel for one CTA
-// per SM; 2: in the kernel for two as well; 0: a shared atomic per vector with a candidate (the
-// compiler's warp aggregation) and four branches per vector. That loop was issue-bound on the H100
-// (B=64 V=128256 k=2048: its lines held ~27% of the warp samples, stalls on fixed-latency
-// dependencies and branches, not on memory; docs/sampling-journal.md, "The speculative pass's
-// appends")
-#ifndef FIB_TWOPASS_SPEC_BATCH
-#define FIB_TWOPASS_SPEC_BATCH 1
-#endif
-template <int MINB>
-constexpr bool kSpecBatch() { return FIB_TWOPASS_SPEC_BATCH >= MINB; }
 static_assert(kThreads * kTpGroups >= 2 * kFilterMaxK, "the group maxima bound the k-th largest with slack");
 // the filter kernel's layout: a 40 KB area where the other ranks push their sets, then the
 // 8192-entry candidate buffer (and >= 64 KB for the general algorithm's histograms)
@@ -300,19 +281,6 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   uint4 q[PD];
 #pragma unroll
   for (int d = 0; d < PD; ++d) q[d] = ldv(d);
-#if FIB_TWOPASS_L2PF_KB > 0
-  if constexpr (LK && MINB == 1) {
-    // the body's bytes past the first batch, up to FIB_TWOPASS_L2PF_KB KB, into L2 in 8 KB pieces
-    // (body: 16-byte aligned; sizes: multiples of 16)
-    constexpr int kPiece = 8192;
-    const int64_t b0 = static_cast<int64_t>(PD) * kThreads * 16, bend = static_cast<int64_t>(nv) * 16;
-    const int64_t off = b0 + static_cast<int64_t>(tid) * kPiece;
-    if (tid < FIB_TWOPASS_L2PF_KB * 1024 / kPiece && off < bend) {
-      const uint32_t sz = static_cast<uint32_t>(bend - off < kPiece ? bend - off : kPiece);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(body + off), "r"(sz) : "memory");
-    }
-  }
-#endif
 
   const bool logits = p.is_logits != 0;
   const int k = row_top_k(p, row);
@@ -504,72 +472,22 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
           const float x = ok ? load_elem<DT>(in_row, i) : 0.0f;
           warp_append1(ok && x >= tfs, set.comp(x, i), buf, &s_cnt, kTpCap);
         }
-        if constexpr (kSpecBatch<MINB>()) {
-          // pass 1 appending every token at or above tfs, a batch at a time (as SliceSet::gather_ge):
-          // the batch's PD vectors stay in registers (raw) until its compares are done, then one warp
-          // scan of the threads' counts and one shared atomic per warp place its tokens
-          static_assert(PD * TPV <= 64, "one 64-bit mask per batch");
-          for (int u0 = 0; u0 < nvt; u0 += PD) {
-            uint4 h[PD];
-            uint64_t bits = 0ull;
+        // pass 1 appending every token at or above tfs (the shared-atomic appends on one address are
+        // aggregated per warp by the compiler)
+        pass1([&](const float (&x)[TPV], int ib, int) {
+          uint32_t msk = 0u;
 #pragma unroll
-            for (int d = 0; d < PD; ++d) {
-              const int u = u0 + d;
-              h[d] = q[d];
-              q[d] = ldv(u + PD);  // (the slot refilled before its values are used)
-              if (u * kThreads + tid < nv) {
-                float x[TPV];
-                unpack_vec<DT>(h[d], x);
-                if (joint) joint_add(x, TPV);
+          for (int j = 0; j < TPV; ++j) msk |= static_cast<uint32_t>(x[j] >= tfs) << j;  // (NaN: never)
+          if (msk != 0u) {
+            int at = atomicAdd(&s_cnt, __popc(msk));
 #pragma unroll
-                for (int j = 0; j < TPV; ++j) bits |= static_cast<uint64_t>(x[j] >= tfs) << (d * TPV + j);  // (NaN: never)
+            for (int j = 0; j < TPV; ++j)
+              if ((msk >> j) & 1u) {
+                if (at < kTpCap) buf[at] = set.comp(x[j], ib + j);  // (past kTpCap: counted)
+                ++at;
               }
-            }
-            const int c = __popcll(bits);
-            int inc = c;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-              const int t = __shfl_up_sync(0xffffffffu, inc, o);
-              if (lane >= o) inc += t;
-            }
-            const int wtot = __shfl_sync(0xffffffffu, inc, 31);
-            if (wtot == 0) continue;  // (warp-uniform)
-            int at = 0;
-            if (lane == 31) at = atomicAdd(&s_cnt, wtot);
-            at = __shfl_sync(0xffffffffu, at, 31) + inc - c;
-            if (c == 0) continue;
-#pragma unroll
-            for (int d = 0; d < PD; ++d) {  // (static indices: h stays in registers)
-              if (((bits >> (d * TPV)) & ((1ull << TPV) - 1ull)) == 0ull) continue;
-              const int ib = head + ((u0 + d) * kThreads + tid) * TPV;
-              float x[TPV];
-              unpack_vec<DT>(h[d], x);
-#pragma unroll
-              for (int j = 0; j < TPV; ++j)
-                if ((bits >> (d * TPV + j)) & 1ull) {
-                  if (at < kTpCap) buf[at] = set.comp(x[j], ib + j);  // (past kTpCap: counted)
-                  ++at;
-                }
-            }
           }
-        } else {
-          // pass 1 appending every token at or above tfs (the shared-atomic appends on one address are
-          // aggregated per warp by the compiler)
-          pass1([&](const float (&x)[TPV], int ib, int) {
-            uint32_t msk = 0u;
-#pragma unroll
-            for (int j = 0; j < TPV; ++j) msk |= static_cast<uint32_t>(x[j] >= tfs) << j;  // (NaN: never)
-            if (msk != 0u) {
-              int at = atomicAdd(&s_cnt, __popc(msk));
-#pragma unroll
-              for (int j = 0; j < TPV; ++j)
-                if ((msk >> j) & 1u) {
-                  if (at < kTpCap) buf[at] = set.comp(x[j], ib + j);  // (past kTpCap: counted)
-                  ++at;
-                }
-            }
-          }, no_end);
-        }
+        }, no_end);
         FIB_PROF(16);
         __syncthreads();
         const int sc = s_cnt;
