@@ -98,6 +98,16 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 #ifndef FIB_TWOPASS_SPEC
 #define FIB_TWOPASS_SPEC 0
 #endif
+// 1: the large-k instantiation's merge keeps the entries at or above the exact threshold with
+// append_ge (select.cuh: a count, one warp scan and one shared atomic per warp, then the writes)
+// instead of warp_append1 per entry (a ballot, an atomic and a shuffle per slot); same set, another
+// order, the same tokens (every later step sorts or selects). On the H100 it took B=64 k=2048 from
+// 42.43 to 41.29 us (timed beside the refuted batched appends, docs/sampling-journal.md, "Not kept:
+// the speculative pass's appends a batch at a time"). Off until the GPU sampling tests have run on it
+// (every device request of that session after the timing failed to start a machine)
+#ifndef FIB_TWOPASS_MERGE_APPEND_GE
+#define FIB_TWOPASS_MERGE_APPEND_GE 0
+#endif
 // 1: top_k_first rows with k > p.rej_min_k sample by the cluster kernel's rejection rounds on the
 // exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token. Off in the
 // default kernel (on in the large-k one): the call in the row loop moves values out of the uniform
@@ -818,7 +828,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     __syncthreads();
     if (joint) cs = combine_partials(s_rcm, s_rcs, static_cast<int>(S), logits, scale, &cm);
     const uint64_t t = total <= direct ? 0ull : kth_prefix(sg, k, ssel, Pk - k);
-    if constexpr (LK) {
+    if constexpr (LK && FIB_TWOPASS_MERGE_APPEND_GE != 0) {
       append_ge(sg, t, G, &s_new);  // (the large-k instantiation: ~5.8K entries at k = 2048, S = 2)
     } else {
       sg.each([&](uint64_t v, bool valid) { warp_append1(valid && v >= t, v, G, &s_new); });
