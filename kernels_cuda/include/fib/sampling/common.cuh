@@ -419,6 +419,15 @@ __device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
   for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
   return v;
 }
+// inclusive prefix sum of v over the warp's lanes (all 32 lanes)
+__device__ __forceinline__ int warp_incl_scan_i32(int v, int lane) {
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int o = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += o;
+  }
+  return v;
+}
 __device__ __forceinline__ uint64_t warp_incl_scan_u64(uint64_t v, int lane) {
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {

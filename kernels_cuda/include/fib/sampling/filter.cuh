@@ -331,12 +331,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
         if (((vmask >> j) & 1u) && x[j] >= tf) bits |= 1u << j;
     }
     const int c = __popc(bits);
-    int inc = c;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int o = __shfl_up_sync(0xffffffffu, inc, d);
-      if (lane >= d) inc += o;
-    }
+    const int inc = warp_incl_scan_i32(c, lane);
     const int wtot = __shfl_sync(0xffffffffu, inc, 31);
     if (wtot == 0) return false;
     int base = 0;

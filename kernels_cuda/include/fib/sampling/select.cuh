@@ -175,12 +175,7 @@ __device__ void append_ge(const Set& s, uint64_t t, uint64_t* out, int* cnt) {
   const int lane = threadIdx.x & 31;
   int c = 0;
   s.each([&](uint64_t v, bool valid) { c += (valid && v >= t) ? 1 : 0; });
-  int inc = c;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int u = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += u;
-  }
+  const int inc = warp_incl_scan_i32(c, lane);
   const int wtot = __shfl_sync(0xffffffffu, inc, 31);
   if (wtot == 0) return;  // (warp-uniform)
   int at = 0;

@@ -115,12 +115,7 @@ struct SliceSet {
           if (g < nv && keep(comp(x[j], head + g * TPV + j))) bits |= 1ull << (d * TPV + j);
       }
       const int c = __popcll(bits);
-      int inc = c;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int t = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += t;
-      }
+      const int inc = warp_incl_scan_i32(c, lane);
       const int wtot = __shfl_sync(0xffffffffu, inc, 31);
       if (wtot == 0) continue;
       int base = 0;
@@ -185,12 +180,7 @@ struct SliceSet {
         if (!need || g >= nv) bits &= ~(((1ull << TPV) - 1ull) << (d * TPV));
       }
       const int c = __popcll(bits);
-      int inc = c;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int t = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += t;
-      }
+      const int inc = warp_incl_scan_i32(c, lane);
       const int wtot = __shfl_sync(0xffffffffu, inc, 31);
       if (wtot == 0) continue;
       int base = 0;

@@ -294,12 +294,7 @@ __global__ void __launch_bounds__(kThreads, 2) split_kernel(const Params p) {
     int cge = 0;
 #pragma unroll
     for (int j = 0; j < EPT; ++j) cge += ((vm >> j) & 1u) && key[j] >= Tk;
-    int inc = cge;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int o = __shfl_up_sync(0xffffffffu, inc, d);
-      if (lane >= d) inc += o;
-    }
+    const int inc = warp_incl_scan_i32(cge, lane);
     const int wtot = __shfl_sync(0xffffffffu, inc, 31);
     int base = 0;
     if (lane == 31 && wtot > 0) base = atomicAdd(&s_n, wtot);
