@@ -6,7 +6,7 @@
 #   gab     benchmarks/sampling_gather.py, builds BUILDS alternating, twice
 #   envab   the ab points (or ENVAB_POINTS) on LIB without and with each AB_ENVS setting ("FIB_SAMPLING_REJECT_MIN_K=256 ..."), alternating, twice
 #   ncu     Nsight Compute source counters on the -lineinfo build LI (NCU_POINTS "V,B,k,probs|logits ...")
-#   tests   the sampling GPU test files on LIB (-x)
+#   tests   the sampling GPU test files on LIB (-x), once per TEST_ENVS setting ("none FIB_SAMPLING_REJECT_MIN_K=256")
 #   grid    benchmarks/sampling.py on LIB, or on each build of GRID_LIBS
 # Builds are folders holding libfib_sampling.so, made here before the call and carried beside .gpu/
 # (../shared/gpu's three files), e.g. (each ~7 min on 2 cores; .tar.xz files under .device/ are unpacked there):
@@ -84,10 +84,13 @@ if has ncu; then
   done
 fi
 if has tests; then
-  FIB_KERNELS_DIR=$LIB timeout ${T_TESTS:-300} python3 -m pytest -q -rfE -p no:cacheprovider -x \
-    tests/gpu/test_sampling_kernels_gpu.py tests/gpu/test_sampling_api_gpu.py tests/gpu/test_sampling_support_gpu.py \
-    tests/gpu/test_sampling_plain_gpu.py tests/gpu/test_sampling_stats_gpu.py > $W/tests.log 2>&1
-  say "tests rc=$?"; grep -E "passed|failed|error" $W/tests.log | tail -2 | tee -a $W/log; grep -E "^(FAILED|ERROR)" $W/tests.log | head -20 | tee -a $W/log; pack
+  for e in ${TEST_ENVS:-none}; do  # (each setting, e.g. "none FIB_SAMPLING_REJECT_MIN_K=256": one log each)
+    tl=$W/tests${e//[=]/_}.log; [ $e = none ] && tl=$W/tests.log
+    ( [ $e != none ] && export "$e"; FIB_KERNELS_DIR=$LIB timeout ${T_TESTS:-300} python3 -m pytest -q -rfE -p no:cacheprovider -x \
+      tests/gpu/test_sampling_kernels_gpu.py tests/gpu/test_sampling_api_gpu.py tests/gpu/test_sampling_support_gpu.py \
+      tests/gpu/test_sampling_plain_gpu.py tests/gpu/test_sampling_stats_gpu.py > $tl 2>&1 )
+    say "tests $e rc=$?"; grep -E "passed|failed|error" $tl | tail -2 | tee -a $W/log; grep -E "^(FAILED|ERROR)" $tl | head -20 | tee -a $W/log; pack
+  done
 fi
 if has grid; then
   for gl in ${GRID_LIBS:-$LIB}; do  # (several builds: one folder each, grid_<name>)

@@ -58,7 +58,8 @@ LK1 = [(B, V, k, kind, (0,)) for B in (64, 128) for V in (32000, 128256, 151936)
        for k, kind in ((1024, "peaked"), (2048, "peaked"), (2048, "flat"))]
 # rows with 256 < k <= 1024 (--rejk), where FIB_SAMPLING_REJECT_MIN_K decides between the sorted tail
 # and the rejection tail (the cluster kernel's gathered tail, the two-pass kernel's reject_tail)
-REJK = [(B, V, k, "peaked", (0,)) for V in (32000, 128256) for B in (1, 16, 64, 256, 512) for k in (300, 512, 1024)]
+REJK = [(B, V, k, "peaked", (0,)) for V in (32000, 128256) for B in (1, 16, 64, 256, 512) for k in (300, 512, 1024)] + [
+    (B, 128256, k, "flat", (0,)) for B in (1, 64, 512) for k in (300, 1024)]  # (flat joint rows: radix vs candidates)
 # profiling builds (-DFIB_SAMPLING_PROFILE): phase times of row 0 / rank 0, us since kernel entry
 PROFILE = [(1, 128256, 50, 3004), (1, 128256, 50, 3008), (16, 128256, 50, 3004), (64, 128256, 50, 3002),
            (64, 128256, 50, 3001), (128, 128256, 50, 3001), (512, 128256, 50, 3001), (64, 32000, 50, 3002),

@@ -14,8 +14,10 @@ import math
 import pytest
 import torch
 
-__all__ = ["GPU_ONLY", "S", "loader", "DEV", "Z_MAX", "N_ROWS", "N_CALLS", "ref_kept", "ref_kept_batch", "chi2_z",
-           "draw_counts", "assert_distribution", "make_row"]
+from fib_runtime import envs
+
+__all__ = ["GPU_ONLY", "S", "loader", "DEV", "Z_MAX", "N_ROWS", "N_CALLS", "REJ_MIN_K", "rejects", "ref_kept",
+           "ref_kept_batch", "chi2_z", "draw_counts", "assert_distribution", "make_row"]
 
 cuda_ok = torch.cuda.is_available()
 #: the test modules' ``pytestmark``
@@ -30,6 +32,15 @@ if cuda_ok:
 
 DEV = "cuda"
 Z_MAX = 4.75
+#: FIB_SAMPLING_REJECT_MIN_K as the kernels read it (once per process): top_k_first rows with a larger
+#: k sample top-p by rejection (the cluster kernel, the two-pass kernel's large-k rejection tail), so
+#: they return another token than the sorted paths; the same-token tests check only the support there
+REJ_MIN_K = int(envs.get("FIB_SAMPLING_REJECT_MIN_K"))
+
+
+def rejects(k) -> bool:
+    """Whether top_k_first rows with this k take the rejection paths (k > FIB_SAMPLING_REJECT_MIN_K)."""
+    return REJ_MIN_K > 0 and k > REJ_MIN_K
 
 
 def ref_kept(vals: torch.Tensor, is_logits: bool, k=None, p=None, min_p=None, joint=False, temperature=1.0):

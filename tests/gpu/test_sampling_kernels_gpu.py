@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sampling_ref import GPU_ONLY, S, DEV
+from sampling_ref import GPU_ONLY, S, DEV, rejects
 
 pytestmark = GPU_ONLY
 
@@ -40,12 +40,18 @@ def test_kernels_same_tokens_fixed_k(dtype, k):
                 assert torch.equal(fn(), ref), ("stream repeat", order)
             larger = (xf > xf.gather(1, ref[:, None])).sum(1)
             assert bool((larger < k).all()), order
+            # top_k_first rows with k > FIB_SAMPLING_REJECT_MIN_K: the cluster kernel's rejection
+            # rounds, and the large-k instantiation's rejection tail returns the cluster kernel's token
+            rt = order == "top_k_first" and rejects(k)
             for cl in (1001, 1003, 4, 2000, 3001, 3003, 4001, 4003, 5001, 5003, 6001):
                 S._CLUSTER = cl
                 got = fn()
-                if cl == 4 and order == "joint" and k > 256:
+                if cl == 4 and (rt or (order == "joint" and k > 256)):
                     larger = (xf > xf.gather(1, got[:, None])).sum(1)
                     assert bool((larger < k).all()), (cl, order)
+                    ref_rt = got
+                elif rt and cl >= 5000:
+                    assert torch.equal(got, ref_rt), (cl, order, int((got != ref_rt).sum()))
                 else:
                     assert torch.equal(got, ref), (cl, order, int((got != ref).sum()))
     finally:
@@ -64,8 +70,9 @@ def test_cluster_listing_summary_same_tokens(src, V):
     magnitudes of both signs), a row with NaN, -0 and negative (probs) / -inf (logits) entries among
     its largest, a row with a +inf; probs rows at and past the edges of the prob bins' window (all
     at or above 2, all below 2^-31, bin-edge values with the float just below each); k from 1 to 2048; the tokens must equal the streaming kernel's under 2, 4 and 8 CTAs
-    per row, in both orders, except where the cluster kernel samples by rejection (k > 1024, joint
-    rows with k > 256: there no draw may fall outside the top-k)."""
+    per row, in both orders, except where the cluster kernel samples by rejection (k >
+    FIB_SAMPLING_REJECT_MIN_K, default 1024; joint rows with k > 256: there no draw may fall outside
+    the top-k)."""
     B = 12
     gen = torch.Generator(device=DEV).manual_seed(V + (src == "logits"))
     lg = torch.randn(B, V, generator=gen, device=DEV) * 3
@@ -129,7 +136,7 @@ def test_cluster_listing_summary_same_tokens(src, V):
                 for cl in (2, 4, 8):
                     S._CLUSTER = cl
                     got = fn()
-                    if k > 1024 or (order == "joint" and k > 256):  # (rejection sampling: the support only)
+                    if rejects(k) or (order == "joint" and k > 256):  # (rejection sampling: the support only)
                         xf = x.float()
                         larger = (xf > xf.gather(1, got[:, None])).sum(1)
                         assert bool((larger < k).all()), (k, cl)
@@ -197,7 +204,11 @@ def test_cluster_push_exchange_same_tokens(src, k):
                 for cl in (2, 3, 5, 6, 7, 8):
                     S._CLUSTER = cl
                     got = fn()
-                    assert torch.equal(got, ref), (order, mp, cl, (got != ref).nonzero().flatten().tolist())
+                    if order == "top_k_first" and rejects(k):  # (FIB_SAMPLING_REJECT_MIN_K < k: rejection)
+                        larger = (xf > xf.gather(1, got[:, None])).sum(1)
+                        assert bool((larger < k).all()), (order, mp, cl)
+                    else:
+                        assert torch.equal(got, ref), (order, mp, cl, (got != ref).nonzero().flatten().tolist())
     finally:
         S._CLUSTER = old
 
@@ -239,7 +250,8 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
     equal the streaming kernel's for the filter kernel (1, 2, 4 CTAs per row), the cluster kernel
     and the two-pass kernel (1, 2, 4; with two CTAs per SM: 1, 2), and its large-k instantiation
     (5000 + S / 6000 + S: speculative candidates for every k, no lane maxima), except its
-    top_k_first rows with k > 1024, which return the cluster kernel's token (the rejection tail)."""
+    top_k_first rows with k > FIB_SAMPLING_REJECT_MIN_K (default 1024), which return the cluster
+    kernel's token (the rejection tail)."""
     if src == "probs" and dtype != torch.float32:
         pytest.skip("probs are fp32")
     B, V = 12, 32768
@@ -287,8 +299,8 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
         fn = lambda: S.top_k_top_p_sampling_from_probs(x, k, 0.9, seed=3, offset=1, filter_apply_order=order)
         xf = torch.nan_to_num(x, nan=-1.0)
     # the large-k instantiation (and builds with FIB_TWOPASS_REJECT_TAIL=1 in both): top_k_first
-    # rows with k > 1024 whose maximum is finite return the cluster kernel's token
-    rt = k > 1024 and order == "top_k_first"
+    # rows with k > FIB_SAMPLING_REJECT_MIN_K whose maximum is finite return the cluster kernel's token
+    rt = rejects(k) and order == "top_k_first"
     rt_default = rt and S._build_config().get("twopass_reject_tail", 0) == 1
     old = S._CLUSTER
     try:
@@ -404,9 +416,13 @@ def test_min_top_k_hint_picks_the_large_k_kernel(src):
             kw = k.clone()
             kw[:4] = torch.tensor([1, 50, 128, 500], dtype=torch.int32, device=DEV)
             want_small = run(-1, kw)
+            rej_small = run(4, kw)  # (k = 500 > FIB_SAMPLING_REJECT_MIN_K: the cluster kernel's rejection token)
             for cl, h in ((0, 1000), (5000, None), (6000, None)):  # a wrong hint; the knobs
                 got = run(cl, kw, hint=h)
-                assert torch.equal(got[:4], want_small[:4]), (B, cl, got[:4].tolist(), want_small[:4].tolist())
+                want = want_small[:4].clone()
+                if rejects(500) and (cl or lk_on or rt_default):
+                    want[3] = rej_small[3]
+                assert torch.equal(got[:4], want), (B, cl, got[:4].tolist(), want.tolist())
                 assert torch.equal(got[4:], (run(4, kw) if cl or lk_on else want_small if not rt_default
                                              else run(4, kw))[4:]), (B, cl)
             xf = x.float()

@@ -106,6 +106,8 @@ def test_distribution_large_vocab(V, k, p, kind, force_path):
     (128256, 2048, 0.9, 0.0, "flat", "logits", "top_k_first"),
     (128256, 1100, 0.95, 0.05, "peaked", "logits", "joint"),  # min-p checked per candidate
     (32000, 2048, 0.7, 0.001, "mid", "probs", "top_k_first"),
+    # 256 < k <= 1024: the sorted tail at the default FIB_SAMPLING_REJECT_MIN_K, rejection below it
+    (128256, 600, 0.8, 0.0, "peaked", "logits", "top_k_first"),
 ])
 def test_distribution_large_k_rejection(V, k, p, mp, kind, src, order, force_path):
     """Large-k rows sample top-p by rejection in the cluster kernel (sample_row): top-k-first rows
