@@ -56,7 +56,6 @@ def test_zoo_samplers_judged(kind):
     if "top_k" in d.inputs:
         inputs["top_k"] = torch.tensor([10, 50, 0, 3], dtype=torch.int32)
     inputs["top_p"] = torch.tensor([0.5, 0.8, 0.9, 0.7])
-    ref = compile_reference(d)
 
     def as_call(src_solution):
         ns = {}
