@@ -4,7 +4,7 @@
 #   gprof   benchmarks/sampling_gather_profile.py on PROF (the cluster kernel's gathered tail)
 #   ab      benchmarks/sampling_twopass.py --largek (or AB_POINTS, e.g. --lk1) --ab --hint --no-cake, builds BUILDS alternating, twice
 #   gab     benchmarks/sampling_gather.py, builds BUILDS alternating, twice
-#   envab   the ab points (or ENVAB_POINTS) on LIB without and with each AB_ENVS setting ("FIB_SAMPLING_REJECT_MIN_K=256 ..."), alternating, twice
+#   envab   the ab points (or ENVAB_POINTS) on LIB without and with each AB_ENVS setting ("FIB_SAMPLING_REJECT_MIN_K=256 ..."), alternating, REPS times (2)
 #   ncu     Nsight Compute source counters on the -lineinfo build LI (NCU_POINTS "V,B,k,probs|logits ...")
 #   tests   the sampling GPU test files on LIB (-x), once per TEST_ENVS setting ("none FIB_SAMPLING_REJECT_MIN_K=256")
 #   grid    benchmarks/sampling.py on LIB, or on each build of GRID_LIBS
@@ -43,8 +43,8 @@ if has gprof; then
   say "gprof rc=$?"; grep -v Warn $W/gprof.log | tail -30 | tee -a $W/log; pack
 fi
 if has envab; then
-  # LIB without and with each AB_ENVS setting (e.g. FIB_SAMPLING_REJECT_MIN_K=256), alternating, twice
-  for rep in 1 2; do
+  # LIB without and with each AB_ENVS setting (e.g. FIB_SAMPLING_REJECT_MIN_K=256), alternating, REPS times (2)
+  for rep in $(seq ${REPS:-2}); do
     for e in none ${AB_ENVS:-}; do
       tag=_env_${e//[=]/_}_run$rep
       ( [ $e != none ] && export "$e"; FIB_KERNELS_DIR=$LIB timeout ${T_AB:-150} python3 benchmarks/sampling_twopass.py \
