@@ -103,10 +103,10 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 // instead of warp_append1 per entry (a ballot, an atomic and a shuffle per slot); same set, another
 // order, the same tokens (every later step sorts or selects). On the H100 it took B=64 k=2048 from
 // 42.43 to 41.29 us (timed beside the refuted batched appends, docs/sampling-journal.md, "Not kept:
-// the speculative pass's appends a batch at a time"). Off until the GPU sampling tests have run on it
-// (every device request of that session after the timing failed to start a machine)
+// the speculative pass's appends a batch at a time"); the GPU sampling suite passed on it (H100,
+// benchmarks/results/sampling_append_ge_h100_pytest.log)
 #ifndef FIB_TWOPASS_MERGE_APPEND_GE
-#define FIB_TWOPASS_MERGE_APPEND_GE 0
+#define FIB_TWOPASS_MERGE_APPEND_GE 1
 #endif
 // 1: top_k_first rows with k > p.rej_min_k sample by the cluster kernel's rejection rounds on the
 // exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token. Off in the
