@@ -157,9 +157,10 @@ _SPECS: Dict[str, _Spec] = {
     "FIB_SAMPLING_PLAIN_MIN_B": _Spec(_int, 128,
         "Plain sampling (no top-k, top-p or min-p) of batches from this size runs the one-pass plain kernel "
         "(from half of it where rows are at most 320 KB)."),
-    "FIB_SAMPLING_REJECT_MIN_K": _Spec(_int, 1024,
+    "FIB_SAMPLING_REJECT_MIN_K": _Spec(_int, 512,
         "Cluster kernel (sample_row): top_k_first rows with a top_k above this sample top-p by rejection "
-        "from the kept top-k instead of sorting it (0: never)."),
+        "from the kept top-k instead of sorting it (0: never). Below 1024 it reaches only top_k_first sampling "
+        "calls with top_p: joint calls and calls without top_p run as at 1024."),
     "FIB_SAMPLING_GATHER_CAP": _Spec(_int, 4032,
         "Cluster kernel (sample_row): in calls whose every row has top_k > FIB_SAMPLING_REJECT_MIN_K (a scalar "
         "top_k or the min_top_k hint), top_k_first rows finish on one CTA once a radix pass leaves at most this many "

@@ -71,7 +71,7 @@ def test_cluster_listing_summary_same_tokens(src, V):
     its largest, a row with a +inf; probs rows at and past the edges of the prob bins' window (all
     at or above 2, all below 2^-31, bin-edge values with the float just below each); k from 1 to 2048; the tokens must equal the streaming kernel's under 2, 4 and 8 CTAs
     per row, in both orders, except where the cluster kernel samples by rejection (k >
-    FIB_SAMPLING_REJECT_MIN_K, default 1024; joint rows with k > 256: there no draw may fall outside
+    FIB_SAMPLING_REJECT_MIN_K, default 512; joint rows with k > 256: there no draw may fall outside
     the top-k)."""
     B = 12
     gen = torch.Generator(device=DEV).manual_seed(V + (src == "logits"))
@@ -250,7 +250,7 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
     equal the streaming kernel's for the filter kernel (1, 2, 4 CTAs per row), the cluster kernel
     and the two-pass kernel (1, 2, 4; with two CTAs per SM: 1, 2), and its large-k instantiation
     (5000 + S / 6000 + S: speculative candidates for every k, no lane maxima), except its
-    top_k_first rows with k > FIB_SAMPLING_REJECT_MIN_K (default 1024), which return the cluster
+    top_k_first rows with k > FIB_SAMPLING_REJECT_MIN_K (default 512), which return the cluster
     kernel's token (the rejection tail)."""
     if src == "probs" and dtype != torch.float32:
         pytest.skip("probs are fp32")
@@ -331,7 +331,7 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
 def test_twopass_reject_tail_same_tokens_as_cluster(src, k):
     """The two-pass kernel's large-k instantiation (5000 + S / 6000 + S; the default one too in
     builds with FIB_TWOPASS_REJECT_TAIL=1) samples top_k_first rows with
-    k > 1024 (top_p >= 0.25) by the cluster kernel's rejection rounds on its exact top-k set
+    k > FIB_SAMPLING_REJECT_MIN_K (top_p >= 0.25) by the cluster kernel's rejection rounds on its exact top-k set
     (reject_tail.cuh: the top k in token order by a counting sort, the same weights, draws and
     checks), so every row returns the cluster kernel's token: 1, 2 and 4 CTAs per row, one and two
     CTAs per SM, against the cluster kernel with 4 CTAs per row; peaked, flat and ascending rows,
@@ -369,7 +369,7 @@ def test_min_top_k_hint_picks_the_large_k_kernel(src):
     kernel with one / two CTAs per SM) runs its large-k instantiation for a scalar top_k > 128 or a
     per-row top_k with a min_top_k hint > 128 (or noted with note_min_top_k), else the default one;
     without it (the default) always the default one. The token tells them apart: top_k_first rows
-    with k > 1024 take the rejection tail (the cluster kernel's token, knob 4) in the large-k one
+    with k > FIB_SAMPLING_REJECT_MIN_K take the rejection tail (the cluster kernel's token, knob 4) in the large-k one
     and the sorted tail (the streaming kernel's token, knob -1) in the default one. A wrong hint (rows with k = 1,
     50, 128, 500 under min_top_k=1000) changes the kernel, never which tokens a row keeps: those
     rows still return the streaming kernel's token."""
@@ -438,7 +438,7 @@ def test_min_top_k_hint_picks_the_large_k_kernel(src):
 @pytest.mark.parametrize("V,Ss", [(32000, (1, 2, 4)), (50021, (2, 4, 8)), (128256, (4, 8))])
 def test_cluster_gathered_tail_same_tokens(src, V, Ss):
     """The cluster kernel's gathered-tail instantiation (gather_tail.cuh; calls whose every row has
-    k > 1024: a scalar top_k or the min_top_k hint; kernel code 7000 + S): top_k_first rows finish on
+    k > FIB_SAMPLING_REJECT_MIN_K: a scalar top_k or the min_top_k hint; kernel code 7000 + S): top_k_first rows finish on
     rank 0 once a radix pass leaves at most 4032 tokens at or above the k-th largest key's bucket
     (or at once, at 8 CTAs, when at most 4032 reach the delegates' bound: the direct path; row 9's
     5000 tied top tokens exceed it), and return the token of the cluster-wide rejection rounds (the default instantiation: a per-row

@@ -106,15 +106,15 @@ def test_distribution_large_vocab(V, k, p, kind, force_path):
     (128256, 2048, 0.9, 0.0, "flat", "logits", "top_k_first"),
     (128256, 1100, 0.95, 0.05, "peaked", "logits", "joint"),  # min-p checked per candidate
     (32000, 2048, 0.7, 0.001, "mid", "probs", "top_k_first"),
-    # 256 < k <= 1024: the sorted tail at the default FIB_SAMPLING_REJECT_MIN_K, rejection below it
+    # 512 < k <= 1024: rejection at the default FIB_SAMPLING_REJECT_MIN_K (512), the sorted tail at 1024
     (128256, 600, 0.8, 0.0, "peaked", "logits", "top_k_first"),
 ])
 def test_distribution_large_k_rejection(V, k, p, mp, kind, src, order, force_path):
     """Large-k rows sample top-p by rejection in the cluster kernel (sample_row): top-k-first rows
-    with k > 1024 (FIB_SAMPLING_REJECT_MIN_K) draw from the kept top-k and check the nucleus; joint
+    with k > FIB_SAMPLING_REJECT_MIN_K (512) draw from the kept top-k and check the nucleus; joint
     rows with k > 256 (FIB_SAMPLING_REJECT_JOINT_MIN_K) draw from the whole row and check the top-k
     rank, min-p and the row's nucleus per candidate, on peaked rows only (flat ones: the exact radix
-    path for k > 1024, else the candidate path); a row whose rounds all fall outside draws again on
+    path for k > max(1024, FIB_SAMPLING_REJECT_MIN_K), else the candidate path); a row whose rounds all fall outside draws again on
     the exact path. auto: B=989 rows take the two-pass kernel with two CTAs per SM (sm_90; with
     FIB_SAMPLING_TWOPASS_LARGE_K=1 its large-k instantiation, as the scalar k > 128 allows);
     twopass_lk3: the large-k instantiation with 3 CTAs per row (speculative candidates, the sets

@@ -30,8 +30,13 @@ struct DevInfo {
   // FIB_SAMPLING_REJECT_MIN_K / FIB_SAMPLING_REJECT_JOINT_MIN_K: top-k rows with k above it sample
   // top-p by rejection in sample_row (the cluster kernel; top_k_first / joint; 0: never). H200
   // (benchmarks/results/sampling_large_k_h200.json): top_k_first k=2048 B=1 V=32000 33.5 -> 24.9 us,
-  // k=1024 22.6 -> 24.0, k=512 17.4 -> 23.9; joint peaked k=512..2048 19.5..36.5 -> 13.4
-  int rej_min_k = 1024, rej_joint_min_k = 256;
+  // k=1024 22.6 -> 24.0, k=512 17.4 -> 23.9; joint peaked k=512..2048 19.5..36.5 -> 13.4. Since the
+  // two-pass kernel's large-k rejection tail and the gathered tail, 512 (H100,
+  // benchmarks/results/sampling_rejk_h100.json, vs 1024): top_k_first from probs, k=1024 B=1 / 16 / 64 / 512
+  // V=32000 21.2 / 21.8 / 39.2 / 77.1 -> 14.4 / 15.0 / 25.5 / 69.4 us, k <= 512 the same; 256 took
+  // k=300 B=512 V=128256 from 134.8 to 138.7. Below 1024 it reaches only top_k_first sampling calls
+  // with top-p: joint calls and calls without top-p run as at 1024 (kRejOtherMinK, sampling.cu)
+  int rej_min_k = 512, rej_joint_min_k = 256;
   // FIB_SAMPLING_GATHER_CAP: the cluster kernel's gathered tail for those top_k_first rows
   // (gather_tail.cuh; its own instantiation, sampler_kernel<DT, SUMM, true>, for calls whose every
   // row is known on the host to have k > rej_min_k: a scalar top_k or the min_top_k hint; knob
