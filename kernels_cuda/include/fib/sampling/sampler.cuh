@@ -58,6 +58,14 @@ __device__ __forceinline__ void vec_keys(const uint4 r, bool logits, uint32_t (&
   }
 }
 
+// 1: the listing's summary (SUMM) follows the rejection threshold only for rows that leave the
+// candidate paths above it (sampling rows with top-p); rows whose own top_p is 1 (vLLM's per-row
+// tensor) keep it to kCand. Off until the GPU sampling suite and an A/B have run on it (a -D for
+// benchmark builds; docs/sampling-journal.md, "The threshold at 512")
+#ifndef FIB_SUMM_ROW_P
+#define FIB_SUMM_ROW_P 0
+#endif
+
 // One row (the slice `rank` of S) of the general algorithm. Called by the cluster kernel, and by
 // the streaming kernel (S = 1, not resident) for rows it does not handle itself.
 // GATHER: the cluster kernel's instantiation for calls whose every row is known on the host to have
@@ -206,7 +214,8 @@ __device__ __forceinline__ void sample_row(const Params& p, unsigned char* dsm, 
   // kernel moved unrelated paths by 1-4% (top-p / min-p at B=512, benchmarks/results/
   // sampling_ab_summary_h200.json).
   uint16_t* const summ = reinterpret_cast<uint16_t*>(reinterpret_cast<unsigned char*>(hbuf(1)) + kCand * 8);
-  const int kcand = p.rej_min_k > 0 && p.rej_min_k < kCand ? p.rej_min_k : kCand;
+  const bool kcand_rej = FIB_SUMM_ROW_P == 0 || (p.mode == kSample && use_p);
+  const int kcand = kcand_rej && p.rej_min_k > 0 && p.rej_min_k < kCand ? p.rej_min_k : kCand;
   const bool summ_ok = SUMM && tma && use_k && k <= kcand && !(use_p && p.joint) &&
                        p.hist_bytes >= 2 * kHistBufBytes && nv * 2 <= kHistBufBytes - kCand * 8;
   if (p.hist_bytes)
