@@ -60,6 +60,11 @@ LK1 = [(B, V, k, kind, (0,)) for B in (64, 128) for V in (32000, 128256, 151936)
 # and the rejection tail (the cluster kernel's gathered tail, the two-pass kernel's reject_tail)
 REJK = [(B, V, k, "peaked", (0,)) for V in (32000, 128256) for B in (1, 16, 64, 256, 512) for k in (300, 512, 1024)] + [
     (B, 128256, k, "flat", (0,)) for B in (1, 64, 512) for k in (300, 1024)]  # (flat joint rows: radix vs candidates)
+# rows without an effective top-p (--nop): top-k alone, and top_k_first with a per-row top_p of 1
+# (vLLM's tensor where a request sets no top-p), 512 < k <= 2048, where FIB_SUMM_ROW_P (sampler.cuh)
+# decides whether the listing's summary still applies
+NOP = [(B, V, k, "peaked", (0,)) for V in (32000, 128256) for B in (1, 16, 64) for k in (600, 1024, 2048)] + [
+    (B, 128256, k, "flat", (0,)) for B in (1, 16) for k in (1024, 2048)]
 # profiling builds (-DFIB_SAMPLING_PROFILE): phase times of row 0 / rank 0, us since kernel entry
 PROFILE = [(1, 128256, 50, 3004), (1, 128256, 50, 3008), (16, 128256, 50, 3004), (64, 128256, 50, 3002),
            (64, 128256, 50, 3001), (128, 128256, 50, 3001), (512, 128256, 50, 3001), (64, 32000, 50, 3002),
@@ -78,6 +83,7 @@ def main():
     ap.add_argument("--largek", action="store_true", help="only the LARGEK points")
     ap.add_argument("--lk1", action="store_true", help="only the LK1 points (large k, one CTA per SM)")
     ap.add_argument("--rejk", action="store_true", help="only the REJK points (256 < k <= 1024)")
+    ap.add_argument("--nop", action="store_true", help="only the NOP points (top-k alone; top_p = 1 per row)")
     ap.add_argument("--skip-identity", action="store_true")
     ap.add_argument("--no-cake", action="store_true")
     ap.add_argument("--hint", action="store_true",
@@ -133,7 +139,7 @@ def main():
     def save():
         (out / f"sampling_twopass{args.tag}_{device_tag()}.json").write_text(json.dumps(res, indent=1))
 
-    for B, V, k, kind, knobs in (REJK if args.rejk else LK1 if args.lk1 else LARGEK if args.largek else AB if args.ab else QUICK if args.quick else POINTS):
+    for B, V, k, kind, knobs in (NOP if args.nop else REJK if args.rejk else LK1 if args.lk1 else LARGEK if args.largek else AB if args.ab else QUICK if args.quick else POINTS):
         lgs = make_inputs(B, V, kind.replace("_bf16", ""))
         prs = [torch.softmax(x, -1) for x in lgs]
         if kind.endswith("_bf16"):
@@ -143,6 +149,19 @@ def main():
         outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
         r = {"B": B, "V": V, "k": k, "kind": kind}
         hint = k if args.hint else None
+        if args.nop:  # top-k alone and top_p = 1 per row; no cake (its top-k alone is not this call)
+            p1 = torch.ones(B, device=dev)
+            for cl in knobs:
+                r[f"probs_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_sampling_from_probs(
+                    prs[i], kt, seed=seed_t, offset=off_t, min_top_k=hint, out=outs[i])) for i in range(4)]))
+                r[f"logits_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_sampling_from_logits(
+                    lgs[i], kt, seed=seed_t, offset=off_t, min_top_k=hint, out=outs[i])) for i in range(4)]))
+                r[f"p1logits_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(
+                    lgs[i], kt, p1, seed=seed_t, offset=off_t, min_top_k=hint, out=outs[i])) for i in range(4)]))
+            res["timing"].append(r)
+            log("time " + json.dumps({a: (round(b, 2) if isinstance(b, float) else b) for a, b in r.items()}))
+            save()
+            continue
         for cl in knobs:
             r[f"probs_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
                 prs[i], kt, pt, seed=seed_t, offset=off_t, min_top_k=hint, out=outs[i])) for i in range(4)]))
@@ -171,7 +190,7 @@ def main():
     for r in res["timing"]:
         c = r.get("cake")
         cols = [", ".join(f"{a[len(src) + 1:]}: {b:.1f}" for a, b in r.items() if a.startswith(src + "_")
-                          and not a.startswith("used_")) for src in ("probs", "logits", "joint")]
+                          and not a.startswith("used_")) for src in ("probs", "logits", "p1logits" if args.nop else "joint")]
         cake = f"{c:.1f} | {r['probs_0'] / c:.2f}" if c else "– | –"
         print(f"| {r['B']} | {r['V']} | {r['k']} | {r['kind']} | {cols[0]} | {cake} | {cols[1]} | {cols[2]} |")
 
