@@ -59,4 +59,18 @@ def test_summary_of_the_stored_h100_grid_matches_its_table():
     assert len(acc["k_gt_1024_below_5x_probs"]) == acc["k_gt_1024_points_probs"] - 11
     assert acc["slower_logits"] == [] and acc["slower_joint"] == []
     lines = m.summary_lines(acc, stored["host_cost_us"])
-    assert lines[0] == "## Acceptance summary (issue 5)" and len(lines) == 4 + 3 + 1 + 2 + 1 + 1 + 1
+    assert lines[0] == "## Acceptance summary (issue 5)" and len(lines) == 4 + 3 + 1 + 2 + 2 + 1 + 1 + 1
+
+
+def test_summary_names_the_5x_misses_below_the_k50_samplers():
+    # (H100 grid of 2372ecb: every k = 2048 miss from probs at V = 32000 would have to beat our k = 50
+    # sampler and cake's; no miss from logits would have to beat ours)
+    m = _bench()
+    stored = json.loads((REPO / "benchmarks" / "results" / "sampling_h100_append_ge.json").read_text())
+    acc = m.acceptance(stored["grid"], stored["extra"])
+    lt = acc["k_gt_1024_5x_below_k50_probs"]
+    assert len(lt) == 10 and {p["V"] for p in lt} == {32000} and all(p["ratio"] < 1 for p in lt)
+    assert acc["k_gt_1024_5x_below_k50_logits"] == []
+    text = "\n".join(m.summary_lines(acc, stored["host_cost_us"]))
+    assert "| (5x misses from probs where 5x is below ours and cake's k = 50 time, same B, V, logits) | 10/19 (" in text
+    assert "| (5x misses from logits where 5x is below ours k = 50 time, same B, V, logits) | 0/10 | |" in text
