@@ -161,6 +161,8 @@ def main():
             res["timing"].append(r)
             log("time " + json.dumps({a: (round(b, 2) if isinstance(b, float) else b) for a, b in r.items()}))
             save()
+            del lgs, prs
+            torch.cuda.empty_cache()
             continue
         for cl in knobs:
             r[f"probs_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
