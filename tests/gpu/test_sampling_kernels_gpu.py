@@ -363,6 +363,57 @@ def test_twopass_reject_tail_same_tokens_as_cluster(src, k):
         S._CLUSTER = old
 
 
+@pytest.mark.parametrize("src", ["probs", "logits", "logits_bf16"])
+@pytest.mark.parametrize("k", [1100, 2048])
+def test_twopass_large_k_row_bound_same_tokens(src, k):
+    """The two-pass kernel's large-k instantiation at 2 and 4 CTAs per row (5002 / 5004; 6002 with two
+    CTAs per SM, which keeps the slice's bound) on rows long enough for its speculative candidates in
+    every slice (V=150001: the slices hold at least 2 x 8 batches of 512 vectors), so that builds with
+    FIB_TWOPASS_ROW_BOUND=1 bound the row's k-th largest from one sample of the whole row (fp32; bf16
+    rows need twice the tokens per slice, so they keep the slice's bound at 4 CTAs). Rows: peaked and flat, ascending
+    and descending (the row's top k in one slice), and a row whose large values sit only at the
+    sample's positions (8 consecutive tokens at tid * (V - 8) // 512 for 40 of the 512 threads):
+    the sample's bound then holds far fewer than k tokens of the row, every rank reads its slice
+    again by the radix path, and the merge runs a second time. Every knob must return the token of
+    the same call on the reference kernel: the cluster kernel (4 CTAs per row) for top_k_first with
+    top-p above FIB_SAMPLING_REJECT_MIN_K (the rejection tail), the streaming kernel for top-k alone
+    and joint rows. Without the switch the same rows go through the per-slice bound."""
+    B, V = 8, 150001
+    gen = torch.Generator(device=DEV).manual_seed(k + len(src))
+    lg = torch.randn(B, V, generator=gen, device=DEV) * torch.tensor(
+        [4.0, 0.7, 2.0, 1.0, 1.0, 1.0, 1.0, 3.0], device=DEV)[:, None]
+    lg[4] = torch.sort(lg[4]).values
+    lg[5] = torch.sort(lg[5], descending=True).values
+    for row in (6, 7):  # large values at the sample's positions only
+        for t in range(0, 512, 13):
+            t0 = t * (V - 8) // 512
+            lg[row, t0:t0 + 8] = 12.0 + 0.01 * torch.arange(8, device=DEV) + 0.001 * t
+    if src == "probs":
+        x = torch.softmax(lg, -1)
+        xf = x
+    else:
+        x = lg.to(torch.bfloat16) if src == "logits_bf16" else lg
+        xf = x.float()
+    flags = S._SAMPLE | (S._LOGITS if src != "probs" else 0)
+    p = torch.full((B,), 0.9, device=DEV)
+    cases = [("top_k_first", p, 4 if rejects(k) else -1), ("top_k", None, -1), ("joint", p, -1)]
+    old = S._CLUSTER
+    try:
+        for order, tp, ref_cl in cases:
+            fn = lambda: S._call(x, flags | (S._joint("joint") if order == "joint" else 0), top_k=k, top_p=tp,
+                                 seed=21, offset=3)
+            S._CLUSTER = ref_cl
+            ref = fn()
+            larger = (xf > xf.gather(1, ref[:, None])).sum(1)
+            assert bool((larger < k).all()), (order, larger.tolist())
+            for cl in (5002, 5004, 6002):
+                S._CLUSTER = cl
+                got = fn()
+                assert torch.equal(got, ref), (order, cl, (got != ref).nonzero().flatten().tolist())
+    finally:
+        S._CLUSTER = old
+
+
 @pytest.mark.parametrize("src", ["probs", "logits"])
 def test_min_top_k_hint_picks_the_large_k_kernel(src):
     """With FIB_SAMPLING_TWOPASS_LARGE_K=1 the automatic policy (B=64 and 300 rows: the two-pass

@@ -108,6 +108,17 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 #ifndef FIB_TWOPASS_MERGE_APPEND_GE
 #define FIB_TWOPASS_MERGE_APPEND_GE 1
 #endif
+// 1: the large-k instantiation's rows of several CTAs bound the row's k-th largest instead of each
+// slice's: every rank samples the whole row at the same positions (so the same bound, with no
+// exchange), and each appends its slice's tokens at or above it (~1.7k in the row at k = 2048 against
+// ~1.5k per slice; docs/sampling-journal.md, "A bound for the row instead of the slice" and "No
+// device; what 5x at k = 2048 asks"). Whether the row holds k of them is known only when every rank
+// has counted: each rank stores its count into every rank before the merge's cluster barrier, and
+// where the sum is short of k, every rank reads its slice again by the radix path (its exact top k)
+// and the merge runs again. Off: not yet run on a GPU (build it with -DFIB_TWOPASS_ROW_BOUND=1)
+#ifndef FIB_TWOPASS_ROW_BOUND
+#define FIB_TWOPASS_ROW_BOUND 0
+#endif
 // 1: top_k_first rows with k > p.rej_min_k sample by the cluster kernel's rejection rounds on the
 // exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token. Off in the
 // default kernel (on in the large-k one): the call in the row loop moves values out of the uniform
@@ -123,6 +134,9 @@ constexpr size_t kTwoPassSmem = kFilterSmem;
 // push area stays free for the other ranks from the kernel's start
 constexpr int kTpCap = kFilterCap - kBins / 2;
 constexpr int kTpReread = 4;  // loads in flight per lane when a warp reads its lanes again
+#if FIB_TWOPASS_ROW_BOUND
+constexpr int kTpRbFull = 1 << 24;  // (a rank's count that fills the row's k by itself)
+#endif
 static_assert(kTpCap >= kFilterMaxK + kThreads, "the buffer holds a slice's top-k and one entry per lane");
 
 // seed_tau (filter.cuh) with the ranking spread over all threads: each warp's LANES largest lane
@@ -342,6 +356,13 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   const bool seeded = k <= kTpSeedMaxK;
   const bool grouped = !seeded && k <= kTpGroupMaxK && n > k;  // (the group maxima bound)
   bool spec_ok = false;  // (speculative candidates below: no lane / group / batch maxima then)
+#if FIB_TWOPASS_ROW_BOUND
+  // the row's bound (FIB_TWOPASS_ROW_BOUND): rows of several CTAs whose every slice, the last and
+  // shortest too, holds 2 PD batches (the same in every rank; other rows bound each slice). One CTA
+  // per SM only (B < 256, where 5x is short): with two, the kernels' spills doubled (64 registers)
+  const bool rb = LK && MINB == 1 && S > 1 && static_cast<int64_t>(V) - static_cast<int64_t>(S - 1) * p.chunk >=
+                                     static_cast<int64_t>(2 * PD * kThreads + 1) * TPV;
+#endif
   [[maybe_unused]] uint32_t spec_r = 0;  // (kSpec false: unused)
   if constexpr (kSpec) {
     // rows with the group maxima bound (FIB_TWOPASS_SPEC >= 1) or the lane maxima bound (>= 2)
@@ -350,10 +371,20 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
       // largest sampled value, r = m + 5 sqrt(m) + 8, lies above that k-th largest only about 5
       // standard deviations of the sample's spread away (m < 4: r >= 16, Poisson tail < 1e-9), and
       // ~k r / m tokens reach it
+#if FIB_TWOPASS_ROW_BOUND
+      const float mexp = static_cast<float>(kThreads * kTpGroups) * static_cast<float>(k) /
+                         static_cast<float>(rb ? V : n);  // (the row's bound: a sample of the row)
+#else
       const float mexp = static_cast<float>(kThreads * kTpGroups) * static_cast<float>(k) / static_cast<float>(n);
+#endif
       const float rr = ceilf(mexp + 5.0f * sqrtf(mexp) + 8.0f);
       spec_ok = nvt >= 2 * PD && rr <= 0.5f * static_cast<float>(kThreads * kTpGroups) &&
                 static_cast<float>(k) * rr <= 0.75f * static_cast<float>(kTpCap) * mexp;
+#if FIB_TWOPASS_ROW_BOUND
+      if (rb)  // (the same in every rank)
+        spec_ok = rr <= 0.5f * static_cast<float>(kThreads * kTpGroups) &&
+                  static_cast<float>(k) * rr <= 0.75f * static_cast<float>(kTpCap) * mexp;
+#endif
       spec_r = static_cast<uint32_t>(rr);
     }
   }
@@ -423,6 +454,13 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   const int gcap = bm ? (kTpCap * 8 - nbt * kThreads * 2) / 8 : kTpCap;
   bool fast = false;  // (the buffer holds every token of the slice at or above a bound of its k-th largest)
   bool spec = false;  // (the speculative candidates ran: no group maxima)
+#if FIB_TWOPASS_ROW_BOUND
+  // this rank's count at the row's bound (kTpRbFull: none, or past the buffer, or an exact slice top
+  // k: the row holds k at the bound then), and whether the merge's check is still to come
+  int rb_val = kTpRbFull;
+  bool rb_redo = false;
+  __shared__ int s_rbc[kMaxCluster];
+#endif
   auto pass1 = [&](auto&& per_vec, auto&& end_batch) {
     for (int u0 = 0; u0 < nvt; u0 += PD) {
 #pragma unroll
@@ -451,6 +489,14 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
       // token at or above a value that k of them reach, so the slice's top k, and the slice is
       // read once. Otherwise (a sample unlike the slice) the radix path below reads it again.
       float sv[kTpGroups];
+#if FIB_TWOPASS_ROW_BOUND
+      if (rb) {  // (cluster-uniform) 8 consecutive tokens per thread, spread over the row, alike in every rank
+        const char* row0 = reinterpret_cast<const char*>(p.in) + static_cast<int64_t>(row) * p.in_stride * ESIZE;
+        const int64_t t0 = (static_cast<int64_t>(tid) * (V - kTpGroups)) / kThreads;
+#pragma unroll
+        for (int j = 0; j < kTpGroups; ++j) sv[j] = load_elem<DT>(row0, t0 + j);
+      } else
+#endif
       {
         constexpr int SV = kTpGroups / TPV;  // vectors per sample (fp32 2, 16-bit 1)
         int g0 = static_cast<int>((static_cast<int64_t>(tid) * nv) / kThreads) & ~(SV - 1);
@@ -501,7 +547,16 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
         FIB_PROF(16);
         __syncthreads();
         const int sc = s_cnt;
+#if FIB_TWOPASS_ROW_BOUND
+        if (rb) {  // (whether the row holds k: the merge's check below)
+          fast = sc <= kTpCap;
+          rb_val = fast ? sc : kTpRbFull;
+        } else {
+          fast = sc >= k && sc <= kTpCap;
+        }
+#else
         fast = sc >= k && sc <= kTpCap;
+#endif
 #ifdef FIB_SAMPLING_PROFILE
         if (blockIdx.y == 0 && rank == 0 && tid == 0) g_fib_prof[11] = static_cast<unsigned long long>(sc);
 #endif
@@ -616,6 +671,9 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     FIB_PROF(14);
   }
   FIB_PROF(2);
+#if FIB_TWOPASS_ROW_BOUND
+radix_again:  // (the row held fewer than k tokens at its bound: every rank's exact top k, then the merge again)
+#endif
   if (!fast) {
     // the radix path: the k-th largest key's bin from the histogram (built by the first pass, or
     // now from the slice: rows with the seed whose bound did not hold), then every token in that
@@ -775,10 +833,29 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
     return;
   }
   if (S > 1) {
+#if FIB_TWOPASS_ROW_BOUND
+    if (!rb_redo)  // (the entry's arrive was waited once)
+#endif
     cl_wait();  // (the entry's arrive: every CTA of the cluster has started)
     FIB_PROF(5);
     Segs sg;
     sg.nseg = static_cast<int>(S);
+#if FIB_TWOPASS_ROW_BOUND
+    // (cluster-uniform: the row's bound ran in every rank) each rank's count at it, into every rank,
+    // before the cluster barrier below
+    const bool rb_check = rb && spec && !rb_redo;
+    if (rb_check && tid == 0)
+      for (uint32_t r = 0; r < S; ++r) *cl_remote(&s_rbc[rank], r) = rb_val;
+    // after that barrier, in every rank: fewer than k tokens of the row at its bound, so the sets may
+    // miss some of the row's top k: every rank takes its slice's exact top k (the radix path), and
+    // the merge runs again (its barrier again; no rank has read another's set yet)
+    auto rb_short = [&]() {
+      if (!rb_check) return false;
+      int tot = 0;
+      for (int r = 0; r < static_cast<int>(S); ++r) tot += s_rbc[r];
+      return tot < k;
+    };
+#endif
     if (push) {
       // rank r > 0 writes its set into slot r - 1 of rank 0's push area (idle in this kernel) with
       // its count and joint partial: one cluster barrier, no reservation
@@ -792,6 +869,13 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
         }
       }
       cl_sync();  // the pushed sets are visible in rank 0
+#if FIB_TWOPASS_ROW_BOUND
+      if (rb_short()) {
+        fast = false;
+        rb_redo = true;
+        goto radix_again;
+      }
+#endif
       FIB_PROF_CTA(3);
       if (rank != 0) return;
       sg.seg[0] = buf;
@@ -807,6 +891,13 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
       G = buf + nc0;  // (nc0 <= kFilterCap - kFilterMaxK)
     } else {
       cl_sync();  // every CTA's set, count and joint partials are final
+#if FIB_TWOPASS_ROW_BOUND
+      if (rb_short()) {
+        fast = false;
+        rb_redo = true;
+        goto radix_again;
+      }
+#endif
       if (rank != 0) {
         cl_arrive();
         cl_wait();  // rank 0 reads this CTA's buffer until it arrives
