@@ -6,6 +6,9 @@
 #   gab     benchmarks/sampling_gather.py, builds BUILDS alternating, twice
 #   envab   the ab points (or ENVAB_POINTS) on LIB without and with each AB_ENVS setting ("FIB_SAMPLING_REJECT_MIN_K=256 ..."), alternating, REPS times (2)
 #   ncu     Nsight Compute source counters on the -lineinfo build LI (NCU_POINTS "V,B,k,probs|logits ...")
+#   b64     benchmarks/sampling_twopass.py --b64 (knobs, cake) on LIB, then without cake under each B64_ENVS setting
+#           ("FIB_SAMPLING_TWOPASS2_MIN_B=48" unless given)
+#   tpprof  benchmarks/sampling_twopass.py's phase profile (PROFILE points) on the profile build PROF
 #   tests   the sampling GPU test files on LIB (-x), once per TEST_ENVS setting ("none FIB_SAMPLING_REJECT_MIN_K=256")
 #   grid    benchmarks/sampling.py on LIB, or on each build of GRID_LIBS
 # Builds are folders holding libfib_sampling.so, made here before the call and carried beside .gpu/
@@ -52,6 +55,18 @@ if has envab; then
       say "envab $e run $rep rc=$?"; pack
     done
   done
+fi
+if has b64; then
+  for e in none ${B64_ENVS:-FIB_SAMPLING_TWOPASS2_MIN_B=48}; do
+    tag=_b64_${e//[=]/_}; nc=; [ $e != none ] && nc=--no-cake
+    ( [ $e != none ] && export "$e"; FIB_KERNELS_DIR=$LIB timeout ${T_B64:-150} python3 benchmarks/sampling_twopass.py \
+        --b64 --ab --hint --skip-identity $nc --tag "$tag" --out $W > $W/b64$tag.log 2>&1 )
+    say "b64 $e rc=$?"; grep "^|" $W/b64$tag.log | tail -26 | tee -a $W/log; pack
+  done
+fi
+if has tpprof; then
+  FIB_KERNELS_DIR=$REPO/$PROF timeout ${T_TPPROF:-120} python3 benchmarks/sampling_twopass.py --tag _tpprof --out $W > $W/tpprof.log 2>&1
+  say "tpprof rc=$?"; grep "^profile" $W/tpprof.log | tail -40 | tee -a $W/log; pack
 fi
 for st in ab gab; do
   has $st || continue

@@ -65,12 +65,17 @@ REJK = [(B, V, k, "peaked", (0,)) for V in (32000, 128256) for B in (1, 16, 64, 
 # decides whether the listing's summary still applies
 NOP = [(B, V, k, "peaked", (0,)) for V in (32000, 128256) for B in (1, 16, 64) for k in (600, 1024, 2048)] + [
     (B, 128256, k, "flat", (0,)) for B in (1, 16) for k in (1024, 2048)]
+# the batches of 48-128 rows (--b64), where one CTA per SM leaves the SM's loads idle during a row's
+# select, merge and draw: the policy beside the two-pass kernel with two CTAs per SM and 2-4 CTAs per
+# row (4000 + S; 6000 + S its large-k instantiation, with --hint)
+B64 = [(B, V, k, kind, (0,) + tuple((4000 if k <= 128 else 6000) + s for s in (2, 3, 4)))
+       for B in (64, 128) for V in (32000, 128256, 151936) for k in (50, 2048) for kind in ("peaked", "flat")]
 # profiling builds (-DFIB_SAMPLING_PROFILE): phase times of row 0 / rank 0, us since kernel entry
 PROFILE = [(1, 128256, 50, 3004), (1, 128256, 50, 3008), (16, 128256, 50, 3004), (64, 128256, 50, 3002),
            (64, 128256, 50, 3001), (128, 128256, 50, 3001), (512, 128256, 50, 3001), (64, 32000, 50, 3002),
            (64, 128256, 2048, 3002), (64, 128256, 128, 3002), (512, 128256, 2048, 3001),
            (512, 32000, 2048, 4001), (256, 32000, 2048, 4001), (512, 128256, 2048, 4001), (512, 128256, 50, 4001),
-           (64, 32000, 2048, 3001)]
+           (64, 32000, 2048, 3001), (64, 128256, 50, 4004), (64, 128256, 2048, 6004), (64, 128256, 2048, 5002)]
 PROF_NAMES = ["pass1", "candidates", "radix_path", "local_cut", "cluster_sync", "merged", "sorted", "end"]
 
 
@@ -84,6 +89,7 @@ def main():
     ap.add_argument("--lk1", action="store_true", help="only the LK1 points (large k, one CTA per SM)")
     ap.add_argument("--rejk", action="store_true", help="only the REJK points (256 < k <= 1024)")
     ap.add_argument("--nop", action="store_true", help="only the NOP points (top-k alone; top_p = 1 per row)")
+    ap.add_argument("--b64", action="store_true", help="only the B64 points (two CTAs per SM at 64-128 rows)")
     ap.add_argument("--skip-identity", action="store_true")
     ap.add_argument("--no-cake", action="store_true")
     ap.add_argument("--hint", action="store_true",
@@ -139,7 +145,7 @@ def main():
     def save():
         (out / f"sampling_twopass{args.tag}_{device_tag()}.json").write_text(json.dumps(res, indent=1))
 
-    for B, V, k, kind, knobs in (NOP if args.nop else REJK if args.rejk else LK1 if args.lk1 else LARGEK if args.largek else AB if args.ab else QUICK if args.quick else POINTS):
+    for B, V, k, kind, knobs in (B64 if args.b64 else NOP if args.nop else REJK if args.rejk else LK1 if args.lk1 else LARGEK if args.largek else AB if args.ab else QUICK if args.quick else POINTS):
         lgs = make_inputs(B, V, kind.replace("_bf16", ""))
         prs = [torch.softmax(x, -1) for x in lgs]
         if kind.endswith("_bf16"):
@@ -167,7 +173,7 @@ def main():
         for cl in knobs:
             r[f"probs_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
                 prs[i], kt, pt, seed=seed_t, offset=off_t, min_top_k=hint, out=outs[i])) for i in range(4)]))
-            if cl in (0, 3000, 4000) or kind.endswith("_bf16"):
+            if cl in (0, 3000, 4000) or kind.endswith("_bf16") or args.b64:
                 r[f"logits_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(
                     lgs[i], kt, pt, seed=seed_t, offset=off_t, min_top_k=hint, out=outs[i])) for i in range(4)]))
                 r[f"joint_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_logits(

@@ -152,6 +152,13 @@ _SPECS: Dict[str, _Spec] = {
         "Automatic policy (sm_90): calls whose every row's top_k is known on the host to exceed 128 (a scalar "
         "top_k, or the min_top_k hint) run the two-pass kernel's large-k instantiation (speculative candidates, "
         "the rejection tail); 0 keeps them on the default instantiation (docs/kernels.md, \"Large k\")."),
+    "FIB_SAMPLING_TWOPASS_ROW_BOUND": _Spec(_bool, True,
+        "Automatic policy (sm_90): top_k_first calls of the two-pass kernel's large-k instantiation with one CTA "
+        "per SM and several CTAs per row run its row's-bound kernel (every rank bounds the row's k-th largest "
+        "from one sample of the whole row; docs/kernels.md, \"Large k\"); 0 keeps the slice's bound."),
+    "FIB_SAMPLING_TWOPASS2_MIN_B": _Spec(_int, 0,
+        "Automatic policy (sm_90): two-pass batches from this size below FIB_SAMPLING_TWOPASS_MAX_B run the "
+        "two-pass kernel with two CTAs per SM and 2 #SMs / B CTAs per row (0: never)."),
     "FIB_SAMPLING_STREAM_MIN_B": _Spec(_int, 96,
         "Below the filter threshold: batches from this size use the streaming kernel, smaller ones the cluster kernel."),
     "FIB_SAMPLING_PLAIN_MIN_B": _Spec(_int, 128,

@@ -45,11 +45,18 @@ namespace fs = fib::sampling;
 
 namespace {
 
+// rb: the large-k instantiation's row's-bound kernel (one CTA per SM only)
 template <int DT, int MINB>
-void launch_twopass(const fs::Params& p, int S, bool lk, cudaStream_t st) {
-  check_cuda(lk ? fs::launch_twopass_rows<DT, MINB, true>(p, S, st)
-                : fs::launch_twopass_rows<DT, MINB, false>(p, S, st),
-             "cudaLaunchKernelEx(twopass)");
+void launch_twopass(const fs::Params& p, int S, bool lk, bool rb, cudaStream_t st) {
+  cudaError_t e;
+  if constexpr (MINB == 1) {
+    e = lk ? (rb ? fs::launch_twopass_rows<DT, 1, true, true>(p, S, st) : fs::launch_twopass_rows<DT, 1, true>(p, S, st))
+           : fs::launch_twopass_rows<DT, 1, false>(p, S, st);
+  } else {
+    (void)rb;
+    e = lk ? fs::launch_twopass_rows<DT, MINB, true>(p, S, st) : fs::launch_twopass_rows<DT, MINB, false>(p, S, st);
+  }
+  check_cuda(e, "cudaLaunchKernelEx(twopass)");
 }
 
 template <int DT>
@@ -249,19 +256,21 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
     const bool lk = twopass_large_k(d, p, fs::host::min_k_hint(flags), static_cast<int>(cluster));
     const int S = twopass_cluster(d, B, V, static_cast<int>(cluster >= 5000 ? cluster - 2000 : cluster));
     used = (lk ? 5000 : 3000) + S;
+    // the row's bound: top_k_first rows of several CTAs (joint rows were 0.99-1.03x with it, H200)
+    const bool rb = lk && S > 1 && d.twopass_rb && !p.joint;
     switch (dt) {
-      case fs::kF32: launch_twopass<fs::kF32, 1>(p, S, lk, st); break;
-      case fs::kBF16: launch_twopass<fs::kBF16, 1>(p, S, lk, st); break;
-      default: launch_twopass<fs::kF16, 1>(p, S, lk, st); break;
+      case fs::kF32: launch_twopass<fs::kF32, 1>(p, S, lk, rb, st); break;
+      case fs::kBF16: launch_twopass<fs::kBF16, 1>(p, S, lk, rb, st); break;
+      default: launch_twopass<fs::kF16, 1>(p, S, lk, rb, st); break;
     }
   } else if (kind == kTwoPass2) {
     const bool lk = twopass_large_k(d, p, fs::host::min_k_hint(flags), static_cast<int>(cluster));
-    const int S = twopass2_cluster(static_cast<int>(cluster >= 6000 ? cluster - 2000 : cluster));
+    const int S = twopass2_cluster(d, B, V, static_cast<int>(cluster >= 6000 ? cluster - 2000 : cluster));
     used = (lk ? 6000 : 4000) + S;
     switch (dt) {
-      case fs::kF32: launch_twopass<fs::kF32, 2>(p, S, lk, st); break;
-      case fs::kBF16: launch_twopass<fs::kBF16, 2>(p, S, lk, st); break;
-      default: launch_twopass<fs::kF16, 2>(p, S, lk, st); break;
+      case fs::kF32: launch_twopass<fs::kF32, 2>(p, S, lk, false, st); break;
+      case fs::kBF16: launch_twopass<fs::kBF16, 2>(p, S, lk, false, st); break;
+      default: launch_twopass<fs::kF16, 2>(p, S, lk, false, st); break;
     }
   } else if (kind == kFilter) {
     const int S = filter_cluster(d, B, V, static_cast<int>(cluster));
@@ -333,7 +342,7 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
   } else if (kind == kTwoPass || kind == kTwoPass2) {
     const int knob = static_cast<int>(cluster >= 5000 && cluster < 7000 ? cluster - 2000 : cluster);
     c.S = kind == kTwoPass ? twopass_cluster(d, static_cast<int>(B), static_cast<int>(V), knob)
-                           : twopass2_cluster(knob);
+                           : twopass2_cluster(d, static_cast<int>(B), static_cast<int>(V), knob);
     c.chunk = ((static_cast<int>(V) + c.S - 1) / c.S + 7) & ~7;
     c.resident = 0;
     c.smem = fs::kTwoPassSmem;

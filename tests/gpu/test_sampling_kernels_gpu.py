@@ -316,8 +316,8 @@ def test_filter_prepass_paths_same_tokens(dtype, src, k, order):
             ref_tp = torch.where(torch.isfinite(mx) & (mx > (-float("inf") if src == "logits" else 0.0)), fn(), ref)
         # (the cluster kernel samples rows with k > 256 by rejection: the same distribution, another
         # token; docs/kernels.md, "Large k")
-        for cl in (1001, 1002, 1004) + ((4,) if k <= 256 else ()) + (3001, 3002, 3004, 4001, 4002) + (
-                5001, 5002, 5004, 6001, 6002):
+        for cl in (1001, 1002, 1004) + ((4,) if k <= 256 else ()) + (3001, 3002, 3004, 4001, 4002, 4003, 4004) + (
+                5001, 5002, 5004, 6001, 6002, 6003, 6004):
             S._CLUSTER = cl
             got = fn()
             want = ref_tp if cl >= 5000 or (cl >= 3000 and rt_default) else ref
@@ -338,9 +338,9 @@ def test_twopass_reject_tail_same_tokens_as_cluster(src, k):
     per-row top_p down to 0.26 (rows whose sixteen candidates all fall outside take the exact
     nucleus and a fresh draw in token order, as the cluster kernel's), with and without min-p;
     k = 1100 / 1500 cut the merged set of up to 2048 to the exact top k first."""
-    knobs = (5001, 5002, 5004, 6001, 6002)
+    knobs = (5001, 5002, 5004, 6001, 6002, 6004)
     if S._build_config().get("twopass_reject_tail", 0) == 1:
-        knobs += (3001, 3002, 3004, 4001, 4002)
+        knobs += (3001, 3002, 3004, 4001, 4002, 4004)
     B, V = 64, 50021
     gen = torch.Generator(device=DEV).manual_seed(k + (src == "logits"))
     lg = torch.randn(B, V, generator=gen, device=DEV) * torch.where(
@@ -366,10 +366,11 @@ def test_twopass_reject_tail_same_tokens_as_cluster(src, k):
 @pytest.mark.parametrize("src", ["probs", "logits", "logits_bf16"])
 @pytest.mark.parametrize("k", [1100, 2048])
 def test_twopass_large_k_row_bound_same_tokens(src, k):
-    """The two-pass kernel's large-k instantiation at 2 and 4 CTAs per row (5002 / 5004; 6002 with two
-    CTAs per SM, which keeps the slice's bound) on rows long enough for its speculative candidates in
-    every slice (V=150001: the slices hold at least 2 x 8 batches of 512 vectors), so that builds with
-    FIB_TWOPASS_ROW_BOUND=1 bound the row's k-th largest from one sample of the whole row (fp32; bf16
+    """The two-pass kernel's large-k instantiation at 2 and 4 CTAs per row (5002 / 5004; 6002 / 6004
+    with two CTAs per SM, which keep the slice's bound) on rows long enough for its speculative candidates in
+    every slice (V=150001: the slices hold at least 2 x 8 batches of 512 vectors), so that its
+    row's-bound kernel (FIB_SAMPLING_TWOPASS_ROW_BOUND, on by default; top_k_first and top-k alone,
+    not joint) bounds the row's k-th largest from one sample of the whole row (fp32; bf16
     rows need twice the tokens per slice, so they keep the slice's bound at 4 CTAs). Rows: peaked and flat, ascending
     and descending (the row's top k in one slice), and a row whose large values sit only at the
     sample's positions (8 consecutive tokens at tid * (V - 8) // 512 for 40 of the 512 threads):
@@ -377,7 +378,7 @@ def test_twopass_large_k_row_bound_same_tokens(src, k):
     again by the radix path, and the merge runs a second time. Every knob must return the token of
     the same call on the reference kernel: the cluster kernel (4 CTAs per row) for top_k_first with
     top-p above FIB_SAMPLING_REJECT_MIN_K (the rejection tail), the streaming kernel for top-k alone
-    and joint rows. Without the switch the same rows go through the per-slice bound."""
+    and joint rows. With FIB_SAMPLING_TWOPASS_ROW_BOUND=0 the same rows go through the per-slice bound."""
     B, V = 8, 150001
     gen = torch.Generator(device=DEV).manual_seed(k + len(src))
     lg = torch.randn(B, V, generator=gen, device=DEV) * torch.tensor(
@@ -406,7 +407,7 @@ def test_twopass_large_k_row_bound_same_tokens(src, k):
             ref = fn()
             larger = (xf > xf.gather(1, ref[:, None])).sum(1)
             assert bool((larger < k).all()), (order, larger.tolist())
-            for cl in (5002, 5004, 6002):
+            for cl in (5002, 5004, 6002, 6004):
                 S._CLUSTER = cl
                 got = fn()
                 assert torch.equal(got, ref), (order, cl, (got != ref).nonzero().flatten().tolist())

@@ -78,6 +78,15 @@ struct DevInfo {
   // instantiation (twopass.cuh, LK) runs the calls whose every row's top_k is known on the host to
   // exceed kTpSeedMaxK (its knobs 5000 / 6000 + S reach it either way)
   bool twopass_lk = true;
+  // FIB_SAMPLING_TWOPASS_ROW_BOUND (default 1; 0 turns it off): top_k_first calls of the large-k
+  // instantiation with one CTA per SM and several CTAs per row run its row's-bound instantiation
+  // (twopass_kernel<DT, 1, true, true>, twopass.cuh FIB_TWOPASS_ROW_BOUND)
+  bool twopass_rb = FIB_TWOPASS_ROW_BOUND != 0;
+  // FIB_SAMPLING_TWOPASS2_MIN_B (default 0: never): two-pass batches from this size below
+  // FIB_SAMPLING_TWOPASS_MAX_B run the kernel with two CTAs per SM, 2 #SMs / B CTAs per row (at
+  // most one per 16384 tokens, at most 8), so that one row's select, merge and draw overlap another
+  // CTA's loads (benchmarks/sampling_twopass.py --b64 times it by knob)
+  int twopass2_min_b = 0;
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 using fs::kStreamSmem;
@@ -157,6 +166,9 @@ void prepare_kernel(DevInfo& d) {
     check_cuda(cudaFuncSetAttribute(fs::twopass_kernel<DT, 2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(fs::kTwoPassSmem)),
                "cudaFuncSetAttribute(twopass2 large-k MaxDynamicSharedMemorySize)");
+    check_cuda(cudaFuncSetAttribute(fs::twopass_kernel<DT, 1, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(fs::kTwoPassSmem)),
+               "cudaFuncSetAttribute(twopass large-k row bound MaxDynamicSharedMemorySize)");
     if (DT == fs::kF32) {
       for (int S = 1; S <= fs::kMaxCluster; ++S) {
         fs::ClusterLaunch l;
@@ -198,6 +210,9 @@ const DevInfo& dev_info(int dev) {
     if (const char* e = std::getenv("FIB_SAMPLING_FILTER_MIN_TOKENS")) d.filter_min_tokens = std::atof(e);
     if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS_MAX_B")) d.twopass_max_b = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS_LARGE_K")) d.twopass_lk = env_flag(e, d.twopass_lk);
+    if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS_ROW_BOUND"))
+      d.twopass_rb = FIB_TWOPASS_ROW_BOUND != 0 && env_flag(e, d.twopass_rb);
+    if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS2_MIN_B")) d.twopass2_min_b = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_MIN_K")) d.rej_min_k = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_JOINT_MIN_K")) d.rej_joint_min_k = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_GATHER_CAP")) d.gather_cap = std::atoi(e);
@@ -331,7 +346,7 @@ Kind kernel_kind(const DevInfo& d, const fs::Params& p, int cluster, int esize, 
   // against the streaming kernel's 27.8; at B=256 the filter kernel was as fast (the two-CTA build
   // below took both their places there).
   if (p.B >= 48 && p.B < d.twopass_max_b && (tokens >= d.filter_min_tokens || p.B >= d.stream_min_b))
-    return kTwoPass;
+    return d.twopass2_min_b > 0 && p.B >= d.twopass2_min_b ? kTwoPass2 : kTwoPass;
   // From 256 rows the two-pass kernel with two CTAs per SM (64 registers, 4 loads in flight per
   // thread; 2026-12-04, results/sampling_twopass_minb2_h200.json, k=50 from probs against the filter
   // kernel): V=128256 B=256 / 512 44.8 / 84.1 us against 49.5 / 94.7 (cake 48.4 / 89.2), V=32000
@@ -374,11 +389,20 @@ int twopass_cluster(const DevInfo& d, int B, int V, int cluster) {
   return S;
 }
 
-// CTAs per row of the two-pass kernel with two CTAs per SM: forced (cluster = 4000 + S) or 1 (it
-// runs from 256 rows: one CTA per row already fills the SMs twice)
-int twopass2_cluster(int cluster) {
-  const int S = cluster > 4000 ? cluster - 4000 : 1;
-  return S > fs::kMaxCluster ? fs::kMaxCluster : S;
+// CTAs per row of the two-pass kernel with two CTAs per SM: forced (cluster = 4000 + S), or 1 from
+// FIB_SAMPLING_TWOPASS_MAX_B rows (one CTA per row already fills the SMs twice), or below it
+// (FIB_SAMPLING_TWOPASS2_MIN_B) 2 #SMs / B, at most one per 16384 tokens
+int twopass2_cluster(const DevInfo& d, int B, int V, int cluster) {
+  int S = 1;
+  if (cluster > 4000) {
+    S = cluster - 4000;
+  } else if (B < d.twopass_max_b && B > 0) {
+    const int s_use = (V + 16383) / 16384;
+    S = 2 * d.sms / B;
+    if (S > s_use) S = s_use;
+  }
+  if (S > fs::kMaxCluster) S = fs::kMaxCluster;
+  return S < 1 ? 1 : S;
 }
 
 // The two-pass kernel's large-k instantiation (twopass.cuh, LK: speculative candidates, the

@@ -60,8 +60,10 @@ __device__ __forceinline__ void vec_keys(const uint4 r, bool logits, uint32_t (&
 
 // 1: the listing's summary (SUMM) follows the rejection threshold only for rows that leave the
 // candidate paths above it (sampling rows with top-p); rows whose own top_p is 1 (vLLM's per-row
-// tensor) keep it to kCand. Off until the GPU sampling suite and an A/B have run on it (a -D for
-// benchmark builds; docs/sampling-journal.md, "The threshold at 512")
+// tensor) keep it to kCand. Not kept (a -D for benchmark builds; docs/sampling-journal.md, "The
+// threshold at 512" and "The H200 back"): the GPU sampling suite passed on it, but on the H200 its
+// k = 2048 rows without top-p ran 1.6-3.5% slower and its k <= 1024 rows ~1% faster
+// (results/sampling_twopass_summ_row_p_h200.json)
 #ifndef FIB_SUMM_ROW_P
 #define FIB_SUMM_ROW_P 0
 #endif

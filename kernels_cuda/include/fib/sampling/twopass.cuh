@@ -115,9 +115,15 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 // device; what 5x at k = 2048 asks"). Whether the row holds k of them is known only when every rank
 // has counted: each rank stores its count into every rank before the merge's cluster barrier, and
 // where the sum is short of k, every rank reads its slice again by the radix path (its exact top k)
-// and the merge runs again. Off: not yet run on a GPU (build it with -DFIB_TWOPASS_ROW_BOUND=1)
+// and the merge runs again. Its own instantiation (twopass_kernel<DT, 1, true, true>; the code
+// costs every row of the kernel it is in ~18 more spilled registers: B=128 rows of one CTA, which
+// never take it, ran 1.04-1.06x slower in the large-k kernel built with it, H200 2026-12-07); the host
+// launches it for top_k_first calls of the large-k kernel of one CTA per SM with several CTAs per
+// row (FIB_SAMPLING_TWOPASS_ROW_BOUND). H200, B=64 k=1024 / 2048 from probs and logits: 0.94-0.98x
+// the large-k kernel's time (results/sampling_twopass_rb_h200.json); joint rows were 0.99-1.03x.
+// 0 removes it from the build (the instantiation is then the large-k kernel)
 #ifndef FIB_TWOPASS_ROW_BOUND
-#define FIB_TWOPASS_ROW_BOUND 0
+#define FIB_TWOPASS_ROW_BOUND 1
 #endif
 // 1: top_k_first rows with k > p.rej_min_k sample by the cluster kernel's rejection rounds on the
 // exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token. Off in the
@@ -263,7 +269,7 @@ __device__ __forceinline__ uint32_t group_kth_key(const float (&gm)[kTpGroups], 
 // with k <= kTpSeedMaxK, which the host does not send it): without it the k >= 1024 rows were
 // 0.820x the default kernel's time on the H100 against 0.808x with it, the k = 256 rows 0.946x
 // against 0.914x (results/sampling_twopass_lk_h100.json; ptxas spilled into three pass loops without it).
-template <int DT, int MINB, bool LK = false>
+template <int DT, int MINB, bool LK = false, bool RB = false>
 __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p) {
   extern __shared__ __align__(128) unsigned char dsm[];
 #if FIB_HAS_CLUSTER
@@ -360,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   // the row's bound (FIB_TWOPASS_ROW_BOUND): rows of several CTAs whose every slice, the last and
   // shortest too, holds 2 PD batches (the same in every rank; other rows bound each slice). One CTA
   // per SM only (B < 256, where 5x is short): with two, the kernels' spills doubled (64 registers)
-  const bool rb = LK && MINB == 1 && S > 1 && static_cast<int64_t>(V) - static_cast<int64_t>(S - 1) * p.chunk >=
+  const bool rb = RB && LK && MINB == 1 && S > 1 && static_cast<int64_t>(V) - static_cast<int64_t>(S - 1) * p.chunk >=
                                      static_cast<int64_t>(2 * PD * kThreads + 1) * TPV;
 #endif
   [[maybe_unused]] uint32_t spec_r = 0;  // (kSpec false: unused)
@@ -988,11 +994,11 @@ radix_again:  // (the row held fewer than k tokens at its bound: every rank's ex
 #endif
 }
 
-// Host: launches twopass_kernel<DT, MINB, LK> for the p.B rows of p with S CTAs per row (one
+// Host: launches twopass_kernel<DT, MINB, LK, RB> for the p.B rows of p with S CTAs per row (one
 // cluster per row) on stream st, with the filter kernel's slice and fallback layout.
-template <int DT, int MINB, bool LK>
+template <int DT, int MINB, bool LK, bool RB = false>
 inline cudaError_t launch_twopass_rows(Params p, int S, cudaStream_t st) {
-  return launch_cluster_rows(twopass_kernel<DT, MINB, LK>, p, S, kTwoPassSmem, st);
+  return launch_cluster_rows(twopass_kernel<DT, MINB, LK, RB>, p, S, kTwoPassSmem, st);
 }
 
 }  // namespace sampling
