@@ -16,7 +16,9 @@ also during graph capture; never freed, as captured graphs may point at it).
 reach (an engine's host-side copy of the batch's top_k; a scalar ``top_k`` is its own;
 ``note_min_top_k`` attaches it to a tensor). A hint that picks a kernel: with ``min_top_k > 128``,
 batches from 48 rows on sm_90 run the two-pass kernel's large-k instantiation (k >= 1024 rows 0.81x
-the default kernel's time on the H100; ``FIB_SAMPLING_TWOPASS_LARGE_K=0`` turns it off). It never changes
+the default kernel's time on the H100; ``FIB_SAMPLING_TWOPASS_LARGE_K=0`` turns it off); there, calls
+that are not joint with several CTAs per row whose slices hold at least 32772 tokens (fp32; 16-bit 65544:
+B=64 at V=128256 fp32, V=151936 either) bound the row's k-th largest instead of each slice's (0.94-0.98x on the H200; ``FIB_SAMPLING_TWOPASS_ROW_BOUND=0`` turns it off). It never changes
 which tokens a row keeps; a wrong hint costs time only. top_k_first rows with ``top_k > 1024``
 then take the rejection rounds' token (the cluster kernel's) instead of the sorted tail's. With
 ``min_top_k > 1024`` smaller batches (the cluster kernel) run its gathered-tail instantiation: the
