@@ -352,3 +352,26 @@ def test_sampling_wrapper_marshalling(monkeypatch):
     assert y.shape == () and calls[-1][0].shape == (10,)
     with pytest.raises(ValueError):
         S.top_k_top_p_sampling_from_probs(x, 1, 0.5, filter_apply_order="bogus")
+
+
+def test_every_knob_the_kernels_read_is_a_documented_variable():
+    """Each FIB_* variable the CUDA libraries read (std::getenv in kernels_cuda/) has an entry in
+    fib_runtime.envs, so `fib env` lists it with its default and meaning; and that entry names the
+    same default for the two-pass switches whose C++ default is spelled next to it."""
+    import re
+
+    from fib_runtime import envs
+
+    read = set()
+    for src in sorted((REPO / "kernels_cuda").rglob("*")):
+        if src.suffix in (".cu", ".cuh", ".h"):
+            read |= set(re.findall(r'getenv\("(FIB_[A-Z0-9_]+)"\)', src.read_text()))
+    assert {"FIB_SAMPLING_TWOPASS_ROW_BOUND", "FIB_SAMPLING_TWOPASS2_MIN_B", "FIB_SAMPLING_REJECT_MIN_K"} <= read
+    missing = sorted(read - set(envs.names()))
+    assert not missing, f"read by kernels_cuda but not in fib_runtime/envs.py: {missing}"
+    policy = (REPO / "kernels_cuda" / "include" / "fib" / "sampling" / "host_policy.h").read_text()
+    for name, field in (("FIB_SAMPLING_TWOPASS2_MIN_B", "twopass2_min_b"), ("FIB_SAMPLING_TWOPASS_MAX_B", "twopass_max_b"),
+                        ("FIB_SAMPLING_STREAM_MIN_B", "stream_min_b"), ("FIB_SAMPLING_PLAIN_MIN_B", "plain_min_b")):
+        m = re.search(rf"int {field} = (\d+);", policy)
+        assert m, field
+        assert envs._SPECS[name].default == int(m.group(1)), name
