@@ -389,14 +389,14 @@ int twopass_cluster(const DevInfo& d, int B, int V, int cluster) {
   return S;
 }
 
-// CTAs per row of the two-pass kernel with two CTAs per SM: forced (cluster = 4000 + S), or 1 from
-// FIB_SAMPLING_TWOPASS_MAX_B rows (one CTA per row already fills the SMs twice), or below it
-// (FIB_SAMPLING_TWOPASS2_MIN_B) 2 #SMs / B, at most one per 16384 tokens
+// CTAs per row of the two-pass kernel with two CTAs per SM: forced (cluster = 4000 + S; 4000: 1), or
+// automatic (cluster 0): 1 from FIB_SAMPLING_TWOPASS_MAX_B rows (one CTA per row already fills the
+// SMs twice), below it (FIB_SAMPLING_TWOPASS2_MIN_B) 2 #SMs / B, at most one per 16384 tokens
 int twopass2_cluster(const DevInfo& d, int B, int V, int cluster) {
   int S = 1;
   if (cluster > 4000) {
     S = cluster - 4000;
-  } else if (B < d.twopass_max_b && B > 0) {
+  } else if (cluster == 0 && B < d.twopass_max_b && B > 0) {
     const int s_use = (V + 16383) / 16384;
     S = 2 * d.sms / B;
     if (S > s_use) S = s_use;
