@@ -494,7 +494,9 @@ def write_md(path, meta, grid, extra, host, acc, sweep):
          f"floor = B·V·4 B / {meta.get('copy_GBs', 4285):.0f} GB/s (this device's copy bandwidth). per-row top_k tensor" + (
              " with min_top_k=k (the host's bound, as cake's top_k_max=k; its large-k kernel "
              + ("on" if meta.get("twopass_large_k") else "off: FIB_SAMPLING_TWOPASS_LARGE_K=0") + ")"
-             if HINT else "") + ", top_p=0.9.", ""] + summary_lines(acc, host) + ["## Grid", "",
+             if HINT else "") + ", top_p=0.9." + (
+             " Set for this run: " + ", ".join(f"{k}={v}" for k, v in meta["env"].items()) + "."
+             if meta.get("env") else ""), ""] + summary_lines(acc, host) + ["## Grid", "",
          "| V | logits | B | k | ours probs | FI best probs | ratio | ours logits | FI best logits | ratio | softmax+cake | ours/sm+cake | ours joint | FI joint | ratio | torch | ours logits/floor |",
          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
@@ -595,7 +597,9 @@ def run_meta():
             "cuda": torch.version.cuda, "tvm_ffi": getattr(tvm_ffi, "__version__", "?"),
             "flashinfer": getattr(getattr(FI, "fis", None), "__version__", None) or os.environ.get("FI_VERSION", "0.7.2.post1"),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "python": sys.version.split()[0],
-            "sms": torch.cuda.get_device_properties(0).multi_processor_count}
+            "sms": torch.cuda.get_device_properties(0).multi_processor_count,
+            # the policy switches set for this run (FIB_SAMPLING_*; unset: the library's defaults)
+            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("FIB_SAMPLING_")}}
 
 
 def main():

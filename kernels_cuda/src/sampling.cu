@@ -47,22 +47,22 @@ namespace {
 
 // rb: the large-k instantiation's row's-bound kernel (one CTA per SM only)
 template <int DT, int MINB>
-void launch_twopass(const fs::Params& p, int S, bool lk, bool rb, cudaStream_t st) {
+void launch_twopass(const fs::Params& p, int S, bool lk, bool rb, bool pdl, cudaStream_t st) {
   cudaError_t e;
   if constexpr (MINB == 1) {
-    e = lk ? (rb ? fs::launch_twopass_rows<DT, 1, true, true>(p, S, st) : fs::launch_twopass_rows<DT, 1, true>(p, S, st))
-           : fs::launch_twopass_rows<DT, 1, false>(p, S, st);
+    e = lk ? (rb ? fs::launch_twopass_rows<DT, 1, true, true>(p, S, st, pdl) : fs::launch_twopass_rows<DT, 1, true>(p, S, st, pdl))
+           : fs::launch_twopass_rows<DT, 1, false>(p, S, st, pdl);
   } else {
     (void)rb;
-    e = lk ? fs::launch_twopass_rows<DT, MINB, true>(p, S, st) : fs::launch_twopass_rows<DT, MINB, false>(p, S, st);
+    e = lk ? fs::launch_twopass_rows<DT, MINB, true>(p, S, st, pdl) : fs::launch_twopass_rows<DT, MINB, false>(p, S, st, pdl);
   }
   check_cuda(e, "cudaLaunchKernelEx(twopass)");
 }
 
 template <int DT>
-void launch_filter(const fs::Params& p, int S, cudaStream_t st) {
+void launch_filter(const fs::Params& p, int S, bool pdl, cudaStream_t st) {
   static_assert(kHistBytes == 2 * fs::kHistBufBytes, "launch_filter_rows gives sample_row's rows this layout");
-  check_cuda(fs::launch_filter_rows<DT>(p, S, st), "cudaLaunchKernelEx(filter)");
+  check_cuda(fs::launch_filter_rows<DT>(p, S, st, pdl), "cudaLaunchKernelEx(filter)");
 }
 
 // The split kernel's workspace, one per (device, stream): kSplitDoneBytes of per-row counters
@@ -145,13 +145,15 @@ void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t
     cfg.blockDim = dim3(fs::kThreads, 1, 1);
     cfg.dynamicSmemBytes = c.smem;
     cfg.stream = st;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = c.S;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // (FIB_SAMPLING_PDL: pdl_enter())
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = d.pdl ? 2 : 1;
     auto* kern = fs::sampler_kernel<DT>;
     if constexpr (DT == fs::kF32) {
       if (p.has_topk)
@@ -259,26 +261,26 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
     // the row's bound: top_k_first rows of several CTAs (joint rows were 0.99-1.03x with it, H200)
     const bool rb = lk && S > 1 && d.twopass_rb && !p.joint;
     switch (dt) {
-      case fs::kF32: launch_twopass<fs::kF32, 1>(p, S, lk, rb, st); break;
-      case fs::kBF16: launch_twopass<fs::kBF16, 1>(p, S, lk, rb, st); break;
-      default: launch_twopass<fs::kF16, 1>(p, S, lk, rb, st); break;
+      case fs::kF32: launch_twopass<fs::kF32, 1>(p, S, lk, rb, d.pdl, st); break;
+      case fs::kBF16: launch_twopass<fs::kBF16, 1>(p, S, lk, rb, d.pdl, st); break;
+      default: launch_twopass<fs::kF16, 1>(p, S, lk, rb, d.pdl, st); break;
     }
   } else if (kind == kTwoPass2) {
     const bool lk = twopass_large_k(d, p, fs::host::min_k_hint(flags), static_cast<int>(cluster));
     const int S = twopass2_cluster(d, B, V, static_cast<int>(cluster >= 6000 ? cluster - 2000 : cluster));
     used = (lk ? 6000 : 4000) + S;
     switch (dt) {
-      case fs::kF32: launch_twopass<fs::kF32, 2>(p, S, lk, false, st); break;
-      case fs::kBF16: launch_twopass<fs::kBF16, 2>(p, S, lk, false, st); break;
-      default: launch_twopass<fs::kF16, 2>(p, S, lk, false, st); break;
+      case fs::kF32: launch_twopass<fs::kF32, 2>(p, S, lk, false, d.pdl, st); break;
+      case fs::kBF16: launch_twopass<fs::kBF16, 2>(p, S, lk, false, d.pdl, st); break;
+      default: launch_twopass<fs::kF16, 2>(p, S, lk, false, d.pdl, st); break;
     }
   } else if (kind == kFilter) {
     const int S = filter_cluster(d, B, V, static_cast<int>(cluster));
     used = 1000 + S;
     switch (dt) {
-      case fs::kF32: launch_filter<fs::kF32>(p, S, st); break;
-      case fs::kBF16: launch_filter<fs::kBF16>(p, S, st); break;
-      default: launch_filter<fs::kF16>(p, S, st); break;
+      case fs::kF32: launch_filter<fs::kF32>(p, S, d.pdl, st); break;
+      case fs::kBF16: launch_filter<fs::kBF16>(p, S, d.pdl, st); break;
+      default: launch_filter<fs::kF16>(p, S, d.pdl, st); break;
     }
   } else {
     const bool stream_k = kind == kStream;

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from sampling_ref import GPU_ONLY, S, loader, DEV
@@ -78,6 +79,56 @@ def test_cuda_graph_capture_reads_offset_tensor():
         g.replay()
         ref = S.top_k_top_p_sampling_from_logits(x, k, p, seed=9, offset=o)
         assert torch.equal(out, ref), o
+
+
+@pytest.mark.parametrize("B,V,k", [(1, 128256, 50), (16, 32000, 2048), (64, 128256, 50), (64, 128256, 2048),
+                                   (512, 32000, 50)])
+@pytest.mark.parametrize("src", ["probs", "logits"])
+def test_chained_calls_read_what_the_call_ahead_wrote(B, V, k, src):
+    """Programmatic dependent launch (FIB_SAMPLING_PDL, on by default): a call may become resident
+    while the kernel ahead of it on the stream still runs. Here that kernel is ours (top-k renorm /
+    mask, which lets the next one launch as soon as it starts) writing the very buffer the sampler
+    reads, over a poisoned copy (one-hot on each row's smallest token). A sampler that read before
+    the writer finished would return the poison; every token must be the one sampled after a sync,
+    eagerly and inside a CUDA graph."""
+    torch.manual_seed(B * 7 + k)
+    lg = torch.randn(B, V, device=DEV) * 3
+    x = torch.softmax(lg, -1) if src == "probs" else lg
+    poison = torch.zeros_like(x) if src == "probs" else torch.full_like(x, -30.0)
+    poison.scatter_(1, x.argmin(-1, keepdim=True), 1.0 if src == "probs" else 30.0)
+    buf = torch.empty_like(x)
+    out = torch.empty(B, dtype=torch.int64, device=DEV)
+    seed = torch.tensor([5], dtype=torch.int64, device=DEV)
+    off = torch.tensor([0], dtype=torch.int64, device=DEV)
+    sample = S.top_k_top_p_sampling_from_probs if src == "probs" else S.top_k_top_p_sampling_from_logits
+    keep = S.top_k_renorm_probs if src == "probs" else S.top_k_mask_logits
+
+    def chain():
+        buf.copy_(poison)
+        keep(x, k, out=buf)
+        sample(buf, k, 0.9, seed=seed, offset=off, out=out)
+
+    topk = x.topk(k, -1).indices
+    refs = []
+    for o in range(6):
+        off.fill_(o)
+        buf.copy_(poison)
+        keep(x, k, out=buf)
+        torch.cuda.synchronize()
+        refs.append(sample(buf, k, 0.9, seed=seed, offset=off).clone())
+        assert bool((refs[-1][:, None] == topk).any(-1).all()), o
+    for o in range(6):  # (eager, back to back)
+        off.fill_(o)
+        chain()
+        assert torch.equal(out, refs[o]), o
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        chain()
+    for o in range(6):
+        off.fill_(o)
+        g.replay()
+        assert torch.equal(out, refs[o]), ("graph", o)
 
 
 def test_current_stream_and_no_sync():

@@ -311,6 +311,18 @@ __device__ unsigned long long g_fib_cta[1024 * 8 * 4];
   } while (0)
 #endif
 
+// Programmatic dependent launch (sm_90; the host's FIB_SAMPLING_PDL): a kernel launched with
+// programmatic stream serialization may become resident before the kernel ahead of it on the stream
+// has finished. pdl_enter(), the first thing such a kernel does, waits until that kernel has
+// completed and its writes are visible (griddepcontrol.wait; before it the kernel touches no global
+// memory), then lets the kernel behind it launch (which waits in turn, so it never reads a token
+// before this kernel has written it). Where the launch did not ask for it, both return at once.
+__device__ __forceinline__ void pdl_enter() {
+#if FIB_HAS_CLUSTER
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void cl_sync() {
 #if FIB_HAS_CLUSTER
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");

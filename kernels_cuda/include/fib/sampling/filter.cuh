@@ -159,6 +159,7 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
   // kernel was 3-6% slower on the H200 (benchmarks/results/sampling_ab_early_tma_h200.json)
   extern __shared__ __align__(128) unsigned char dsm[];
 #if FIB_HAS_CLUSTER
+  pdl_enter();
   const int row = blockIdx.y;
   const uint32_t rank = cl_rank(), S = cl_size();
   FIB_PROF(0);
@@ -825,9 +826,10 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
 // kernels launch through it; cluster_launch_config also serves occupancy queries.
 struct ClusterLaunch {
   cudaLaunchConfig_t cfg;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
 };
-inline void cluster_launch_config(ClusterLaunch& l, int S, int rows, size_t smem, cudaStream_t st) {
+// pdl: launched with programmatic stream serialization (the kernels' pdl_enter(), common.cuh)
+inline void cluster_launch_config(ClusterLaunch& l, int S, int rows, size_t smem, cudaStream_t st, bool pdl = false) {
   l.cfg = {};
   l.cfg.gridDim = dim3(S, rows, 1);
   l.cfg.blockDim = dim3(kThreads, 1, 1);
@@ -837,17 +839,19 @@ inline void cluster_launch_config(ClusterLaunch& l, int S, int rows, size_t smem
   l.attr[0].val.clusterDim.x = S;
   l.attr[0].val.clusterDim.y = 1;
   l.attr[0].val.clusterDim.z = 1;
+  l.attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  l.attr[1].val.programmaticStreamSerializationAllowed = 1;
   l.cfg.attrs = l.attr;
-  l.cfg.numAttrs = 1;
+  l.cfg.numAttrs = pdl ? 2 : 1;
 }
 template <class K>
-inline cudaError_t launch_cluster_rows(K kernel, Params p, int S, size_t smem, cudaStream_t st) {
+inline cudaError_t launch_cluster_rows(K kernel, Params p, int S, size_t smem, cudaStream_t st, bool pdl = false) {
   int chunk = (p.V + S - 1) / S;
   p.chunk = (chunk + 7) & ~7;
   p.resident = 0;
   p.hist_bytes = 2 * kHistBufBytes;
   ClusterLaunch l;
-  cluster_launch_config(l, S, p.B, smem, st);
+  cluster_launch_config(l, S, p.B, smem, st, pdl);
   return cudaLaunchKernelEx(&l.cfg, kernel, p);
 }
 
@@ -856,8 +860,8 @@ inline cudaError_t launch_cluster_rows(K kernel, Params p, int S, size_t smem, c
 // histograms for the rows the kernel hands to sample_row). The library and the standalone checks
 // (benchmarks/filter16_check.cu) launch through it.
 template <int DT>
-inline cudaError_t launch_filter_rows(Params p, int S, cudaStream_t st) {
-  return launch_cluster_rows(filter_kernel<DT>, p, S, kFilterSmem, st);
+inline cudaError_t launch_filter_rows(Params p, int S, cudaStream_t st, bool pdl = false) {
+  return launch_cluster_rows(filter_kernel<DT>, p, S, kFilterSmem, st, pdl);
 }
 
 }  // namespace sampling

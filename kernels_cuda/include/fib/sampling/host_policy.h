@@ -87,6 +87,10 @@ struct DevInfo {
   // most one per 16384 tokens, at most 8), so that one row's select, merge and draw overlap another
   // CTA's loads (benchmarks/sampling_twopass.py --b64 times it by knob)
   int twopass2_min_b = 0;
+  // FIB_SAMPLING_PDL (default 1; 0 turns it off): the sm_90 kernels (two-pass, filter and cluster
+  // kernels) launch with programmatic stream serialization: a call's CTAs become resident while the
+  // kernel ahead of it drains and wait there (pdl_enter(), common.cuh), instead of launching after it
+  bool pdl = true;
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 using fs::kStreamSmem;
@@ -213,6 +217,7 @@ const DevInfo& dev_info(int dev) {
     if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS_ROW_BOUND"))
       d.twopass_rb = FIB_TWOPASS_ROW_BOUND != 0 && env_flag(e, d.twopass_rb);
     if (const char* e = std::getenv("FIB_SAMPLING_TWOPASS2_MIN_B")) d.twopass2_min_b = std::atoi(e);
+    if (const char* e = std::getenv("FIB_SAMPLING_PDL")) d.pdl = env_flag(e, d.pdl);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_MIN_K")) d.rej_min_k = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_REJECT_JOINT_MIN_K")) d.rej_joint_min_k = std::atoi(e);
     if (const char* e = std::getenv("FIB_SAMPLING_GATHER_CAP")) d.gather_cap = std::atoi(e);

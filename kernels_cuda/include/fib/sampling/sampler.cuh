@@ -1111,6 +1111,7 @@ __global__ void __launch_bounds__(kThreads, 2) sampler_kernel(const Params p) {
   // kernel was 3-6% slower on the H200 (benchmarks/results/sampling_ab_early_tma_h200.json)
   extern __shared__ __align__(128) unsigned char dsm[];
 #if FIB_HAS_CLUSTER
+  pdl_enter();
   sample_row<DT, SUMM, GATHER, XPK>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);
 #else
   if constexpr (!SUMM && !GATHER) sample_row<DT>(p, dsm, blockIdx.y, cl_rank(), cl_size(), p.chunk, p.resident != 0);

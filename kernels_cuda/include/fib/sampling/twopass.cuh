@@ -273,6 +273,7 @@ template <int DT, int MINB, bool LK = false, bool RB = false>
 __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p) {
   extern __shared__ __align__(128) unsigned char dsm[];
 #if FIB_HAS_CLUSTER
+  pdl_enter();
   constexpr bool kSpec = LK || FIB_TWOPASS_SPEC >= 1;
   constexpr bool kSpecSeeded = !LK && FIB_TWOPASS_SPEC >= 2;
   constexpr bool kRejTail = LK || FIB_TWOPASS_REJECT_TAIL != 0;
@@ -997,8 +998,8 @@ radix_again:  // (the row held fewer than k tokens at its bound: every rank's ex
 // Host: launches twopass_kernel<DT, MINB, LK, RB> for the p.B rows of p with S CTAs per row (one
 // cluster per row) on stream st, with the filter kernel's slice and fallback layout.
 template <int DT, int MINB, bool LK, bool RB = false>
-inline cudaError_t launch_twopass_rows(Params p, int S, cudaStream_t st) {
-  return launch_cluster_rows(twopass_kernel<DT, MINB, LK, RB>, p, S, kTwoPassSmem, st);
+inline cudaError_t launch_twopass_rows(Params p, int S, cudaStream_t st, bool pdl = false) {
+  return launch_cluster_rows(twopass_kernel<DT, MINB, LK, RB>, p, S, kTwoPassSmem, st, pdl);
 }
 
 }  // namespace sampling
