@@ -9,6 +9,10 @@
 #   b64     benchmarks/sampling_twopass.py --b64 (knobs, cake) on LIB, then without cake under each B64_ENVS setting
 #           ("FIB_SAMPLING_TWOPASS2_MIN_B=48" unless given)
 #   tpprof  benchmarks/sampling_twopass.py's phase profile (PROFILE points) on the profile build PROF
+#   pdl     benchmarks/sampling_pdl.py on LIB with FIB_SAMPLING_PDL on and off (a torch kernel ahead of each call)
+#   plainpdl  benchmarks/sampling_plain.py --quick on LIB with FIB_SAMPLING_PDL on, off, on
+#   pdlknobs  benchmarks/sampling_pdl.py --knobs on LIB (k=50 kernels by knob behind a softmax, and back to back)
+#   sweep   benchmarks/sampling_knob_sweep.py on LIB: SWEEP_POINTS by SWEEP_KNOBS (time and token per kernel knob)
 #   tests   the sampling GPU test files on LIB (-x), once per TEST_ENVS setting ("none FIB_SAMPLING_REJECT_MIN_K=256")
 #   grid    benchmarks/sampling.py on LIB, or on each build of GRID_LIBS
 # Builds are folders holding libfib_sampling.so, made here before the call and carried beside .gpu/
@@ -63,6 +67,31 @@ if has b64; then
         --b64 --ab --hint --skip-identity $nc --tag "$tag" --out $W > $W/b64$tag.log 2>&1 )
     say "b64 $e rc=$?"; grep "^|" $W/b64$tag.log | tail -26 | tee -a $W/log; pack
   done
+fi
+if has pdl; then
+  for e in on off; do
+    ( [ $e = off ] && export FIB_SAMPLING_PDL=0; FIB_KERNELS_DIR=$LIB timeout ${T_PDL:-120} python3 benchmarks/sampling_pdl.py \
+        --tag _$e --out $W > $W/pdl_$e.log 2>&1 )
+    say "pdl $e rc=$?"; pack
+  done
+  python3 benchmarks/sampling_pdl.py --compare $W/sampling_pdl_on_*.json $W/sampling_pdl_off_*.json > $W/pdl_compare.md 2>&1
+  cat $W/pdl_compare.md | tee -a $W/log; pack
+fi
+if has plainpdl; then  # (sampling_plain.py --quick on LIB with FIB_SAMPLING_PDL on, off, on)
+  for e in on off on2; do
+    ( [ $e = off ] && export FIB_SAMPLING_PDL=0; FIB_KERNELS_DIR=$LIB timeout ${T_PDL:-120} python3 benchmarks/sampling_plain.py \
+        --quick --out $W/plain_$e > $W/plain_$e.log 2>&1 )
+    say "plainpdl $e rc=$?"; pack
+  done
+fi
+if has pdlknobs; then  # (the kernels by knob behind a softmax and back to back: sampling_pdl.py --knobs)
+  FIB_KERNELS_DIR=$LIB timeout ${T_PDL:-120} python3 benchmarks/sampling_pdl.py --knobs --out $W > $W/pdlknobs.log 2>&1
+  say "pdlknobs rc=$?"; grep -v "^time\|Warn" $W/pdlknobs.log | tail -70 | tee -a $W/log; pack
+fi
+if has sweep; then  # (sampling_knob_sweep.py: SWEEP_POINTS "B,V,k,kind ..." by SWEEP_KNOBS "0,4,8,...")
+  FIB_KERNELS_DIR=$LIB timeout ${T_SWEEP:-120} python3 benchmarks/sampling_knob_sweep.py --points $SWEEP_POINTS \
+      --knobs $SWEEP_KNOBS --tag "${SWEEP_TAG:-}" --out $W > $W/sweep${SWEEP_TAG:-}.log 2>&1
+  say "sweep rc=$?"; grep -v "Warn" $W/sweep${SWEEP_TAG:-}.log | tail -20 | tee -a $W/log; pack
 fi
 if has tpprof; then
   FIB_KERNELS_DIR=$REPO/$PROF timeout ${T_TPPROF:-120} python3 benchmarks/sampling_twopass.py --tag _tpprof --out $W > $W/tpprof.log 2>&1

@@ -25,6 +25,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 POINTS = [(B, V, k) for V in (32000, 128256) for B in (1, 16, 64, 256, 512) for k in (50, 2048)]
+# --knobs: the kernels (FIB_SAMPLING_CLUSTER knobs, fib_runtime/envs.py) behind the softmax and back to
+# back, from probs at k=50, where a just-written input can sit in L2 (B=64 V=128256: 33 MB)
+KNOB_POINTS = [(64, 128256, 50), (64, 151936, 50), (64, 32000, 50), (128, 128256, 50), (16, 128256, 50)]
+KNOBS = (0, 2, 4, 8, 1002, 1004, 3001, 3002, 3004, 4002, 4004)
 
 
 def compare(on_path: str, off_path: str) -> None:
@@ -47,6 +51,7 @@ def main():
     ap.add_argument("--tag", default="")
     ap.add_argument("--no-cake", action="store_true")
     ap.add_argument("--compare", nargs=2, metavar=("ON", "OFF"))
+    ap.add_argument("--knobs", action="store_true", help="KNOB_POINTS by kernel knob, chain and back to back")
     args = ap.parse_args()
     if args.compare:
         compare(*args.compare)
@@ -66,6 +71,43 @@ def main():
     res = {"meta": run_meta(), "timing": []}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.knobs:
+        from sampling_ab import knob
+
+        for B, V, k in KNOB_POINTS:
+            lgs = make_inputs(B, V, "peaked")
+            prs = [torch.softmax(x, -1) for x in lgs]
+            kt = torch.full((B,), k, dtype=torch.int32, device=dev)
+            pt = torch.full((B,), 0.9, device=dev)
+            outs = [torch.empty(B, dtype=torch.int64, device=dev) for _ in range(4)]
+            r = {"B": B, "V": V, "k": k, "src": "probs", "ahead": graph_time([(lambda i=i: torch.softmax(lgs[i], -1))
+                                                                            for i in range(4)])}
+            for cl in KNOBS:
+                try:
+                    r[f"chain_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
+                        torch.softmax(lgs[i], -1), kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
+                    r[f"b2b_{cl}"] = knob(cl, lambda: graph_time([(lambda i=i: S.top_k_top_p_sampling_from_probs(
+                        prs[i], kt, pt, seed=seed_t, offset=off_t, out=outs[i])) for i in range(4)]))
+                except Exception as e:  # noqa: BLE001 (a knob this shape does not take)
+                    r[f"error_{cl}"] = str(e)[:200]
+            if not args.no_cake and FI.ok:
+                r["cake_chain"] = graph_time([(lambda i=i: FI.cake.top_k_top_p_sampling_from_probs(
+                    torch.softmax(lgs[i], -1), kt, pt, top_k_max=k, philox_seed=1234, philox_offset=0)) for i in range(4)])
+                r["cake_b2b"] = graph_time([(lambda i=i: FI.cake.top_k_top_p_sampling_from_probs(
+                    prs[i], kt, pt, top_k_max=k, philox_seed=1234, philox_offset=0)) for i in range(4)])
+            res["timing"].append(r)
+            a0 = r["ahead"]
+            print(f"B={B} V={V} k={k} softmax {a0:.1f} us; in the chain (minus the softmax) / back to back:", flush=True)
+            for cl in KNOBS + ("cake",):
+                c, b = r.get(f"chain_{cl}", r.get(f"{cl}_chain")), r.get(f"b2b_{cl}", r.get(f"{cl}_b2b"))
+                if c is not None:
+                    print(f"  {cl}: {c - a0:.1f} / {b:.1f}", flush=True)
+            del lgs, prs
+            torch.cuda.empty_cache()
+        path = out / f"sampling_pdl_knobs{args.tag}_{device_tag()}.json"
+        path.write_text(json.dumps(res, indent=1))
+        print(f"wrote {path}")
+        return
     for B, V, k in POINTS:
         lgs = make_inputs(B, V, "peaked")
         kt = torch.full((B,), k, dtype=torch.int32, device=dev)

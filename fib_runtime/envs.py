@@ -158,11 +158,12 @@ _SPECS: Dict[str, _Spec] = {
         "from one sample of the whole row; docs/kernels.md, \"Large k\"); 0 keeps the slice's bound."),
     "FIB_SAMPLING_TWOPASS2_MIN_B": _Spec(_int, 0,
         "Automatic policy (sm_90): two-pass batches from this size below FIB_SAMPLING_TWOPASS_MAX_B run the "
-        "two-pass kernel with two CTAs per SM and 2 #SMs / B CTAs per row (0: never)."),
+        "two-pass kernel with two CTAs per SM and 2 #SMs / B CTAs per row (0: never; on the H100 every such "
+        "layout was slower than the default at B=64 and 128: docs/sampling-journal.md, \"An H100 call\")."),
     "FIB_SAMPLING_PDL": _Spec(_bool, True,
-        "sm_90: the two-pass, filter and cluster sampling kernels launch with programmatic stream serialization "
-        "(programmatic dependent launch): a call's CTAs become resident while the kernel ahead of it on the "
-        "stream drains, and wait for it before reading anything; 0 launches them after it as usual."),
+        "sm_90: the sampling kernels launch with programmatic stream serialization (programmatic dependent "
+        "launch): a call's CTAs may become resident while the kernel ahead of it on the stream drains, and wait "
+        "for it before reading anything; 0 launches them after it as usual."),
     "FIB_SAMPLING_STREAM_MIN_B": _Spec(_int, 96,
         "Below the filter threshold: batches from this size use the streaming kernel, smaller ones the cluster kernel."),
     "FIB_SAMPLING_PLAIN_MIN_B": _Spec(_int, 128,

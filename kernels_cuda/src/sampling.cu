@@ -45,24 +45,63 @@ namespace fs = fib::sampling;
 
 namespace {
 
+// Programmatic dependent launch (FIB_SAMPLING_PDL, sm_90; the kernels' pdl_enter()): go(pdl) launches;
+// a launch the runtime refuses with the attribute (a driver without it) is cleared and launched
+// again without it, and the device's launches stop asking for it
+template <class F>
+cudaError_t launch_pdl(const DevInfo& d, F&& go) {
+  const bool pdl = d.pdl && d.major >= 9 && !g_pdl_off[d.id].load(std::memory_order_relaxed);
+  cudaError_t e = go(pdl);
+  if (e != cudaSuccess && pdl) {
+    (void)cudaGetLastError();
+    e = go(false);
+    if (e == cudaSuccess) g_pdl_off[d.id].store(true, std::memory_order_relaxed);
+  }
+  return e;
+}
+
+// a kernel of no cluster: <<<>>>, or cudaLaunchKernelEx with programmatic stream serialization
+template <class K>
+cudaError_t launch_grid(K kern, dim3 grid, size_t smem, const fs::Params& p, cudaStream_t st, bool pdl) {
+  if (!pdl) {
+    kern<<<grid, fs::kThreads, smem, st>>>(p);
+    return cudaGetLastError();
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(fs::kThreads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kern, p);
+}
+
 // rb: the large-k instantiation's row's-bound kernel (one CTA per SM only)
 template <int DT, int MINB>
-void launch_twopass(const fs::Params& p, int S, bool lk, bool rb, bool pdl, cudaStream_t st) {
-  cudaError_t e;
-  if constexpr (MINB == 1) {
-    e = lk ? (rb ? fs::launch_twopass_rows<DT, 1, true, true>(p, S, st, pdl) : fs::launch_twopass_rows<DT, 1, true>(p, S, st, pdl))
-           : fs::launch_twopass_rows<DT, 1, false>(p, S, st, pdl);
-  } else {
-    (void)rb;
-    e = lk ? fs::launch_twopass_rows<DT, MINB, true>(p, S, st, pdl) : fs::launch_twopass_rows<DT, MINB, false>(p, S, st, pdl);
-  }
-  check_cuda(e, "cudaLaunchKernelEx(twopass)");
+void launch_twopass(const fs::Params& p, int S, bool lk, bool rb, const DevInfo& d, cudaStream_t st) {
+  check_cuda(launch_pdl(d, [&](bool pdl) {
+               if constexpr (MINB == 1) {
+                 return lk ? (rb ? fs::launch_twopass_rows<DT, 1, true, true>(p, S, st, pdl)
+                                 : fs::launch_twopass_rows<DT, 1, true>(p, S, st, pdl))
+                           : fs::launch_twopass_rows<DT, 1, false>(p, S, st, pdl);
+               } else {
+                 (void)rb;
+                 return lk ? fs::launch_twopass_rows<DT, MINB, true>(p, S, st, pdl)
+                           : fs::launch_twopass_rows<DT, MINB, false>(p, S, st, pdl);
+               }
+             }),
+             "cudaLaunchKernelEx(twopass)");
 }
 
 template <int DT>
-void launch_filter(const fs::Params& p, int S, bool pdl, cudaStream_t st) {
+void launch_filter(const fs::Params& p, int S, const DevInfo& d, cudaStream_t st) {
   static_assert(kHistBytes == 2 * fs::kHistBufBytes, "launch_filter_rows gives sample_row's rows this layout");
-  check_cuda(fs::launch_filter_rows<DT>(p, S, st, pdl), "cudaLaunchKernelEx(filter)");
+  check_cuda(launch_pdl(d, [&](bool pdl) { return fs::launch_filter_rows<DT>(p, S, st, pdl); }),
+             "cudaLaunchKernelEx(filter)");
 }
 
 // The split kernel's workspace, one per (device, stream): kSplitDoneBytes of per-row counters
@@ -119,24 +158,26 @@ void launch_split(fs::Params p, const DevInfo& d, cudaStream_t st) {
   p.resident = 0;
   p.hist_bytes = kHistBytes;  // rows the split kernel does not cover run sample_row from global memory
   p.split_stream_rows = d.split_smem >= static_cast<int>(kStreamSmem) ? 1 : 0;
-  fs::split_kernel<DT><<<dim3(p.split_C, p.B, 1), fs::kThreads, static_cast<size_t>(d.split_smem), st>>>(p);
-  check_cuda(cudaGetLastError(), "split kernel launch");
+  check_cuda(launch_pdl(d, [&](bool pdl) {
+               return launch_grid(fs::split_kernel<DT>, dim3(p.split_C, p.B, 1), static_cast<size_t>(d.split_smem), p, st, pdl);
+             }),
+             "split kernel launch");
 }
 
 template <int DT>
-void launch_plain(fs::Params p, cudaStream_t st) {
+void launch_plain(fs::Params p, const DevInfo& d, cudaStream_t st) {
   p.hist_bytes = kHistBytes;  // (sample_row's layout for the rows the kernel hands it)
   p.resident = 0;
   p.chunk = p.V;
-  fs::plain_kernel<DT><<<dim3(p.B, 1, 1), fs::kThreads, kHistBytes, st>>>(p);
-  check_cuda(cudaGetLastError(), "plain kernel launch");
+  check_cuda(launch_pdl(d, [&](bool pdl) { return launch_grid(fs::plain_kernel<DT>, dim3(p.B, 1, 1), kHistBytes, p, st, pdl); }),
+             "plain kernel launch");
 }
 
 template <int DT>
 void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t st, bool stream_k, bool gather) {
   if (stream_k) {
-    fs::stream_kernel<DT><<<dim3(p.B, 1, 1), fs::kThreads, kStreamSmem, st>>>(p);
-    check_cuda(cudaGetLastError(), "stream kernel launch");
+    check_cuda(launch_pdl(d, [&](bool pdl) { return launch_grid(fs::stream_kernel<DT>, dim3(p.B, 1, 1), kStreamSmem, p, st, pdl); }),
+               "stream kernel launch");
     return;
   }
   if (d.major >= 9) {
@@ -153,7 +194,6 @@ void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t
     attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // (FIB_SAMPLING_PDL: pdl_enter())
     attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = d.pdl ? 2 : 1;
     auto* kern = fs::sampler_kernel<DT>;
     if constexpr (DT == fs::kF32) {
       if (p.has_topk)
@@ -163,7 +203,15 @@ void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t
     } else {
       if (gather) kern = fs::sampler_kernel<DT, false, true>;
     }
-    check_cuda(cudaLaunchKernelEx(&cfg, kern, p), "cudaLaunchKernelEx");
+    // programmatic dependent launch for top-k sampling only: the calls without top-k (plain sampling,
+    // top-p, min-p) and the renorm / mask modes ran the cluster kernel slower with it (H100, plain
+    // sampling B=64 V=128256: fp32 30.3 -> 31.8 us, bf16 28.9 -> 31.7; results/sampling_plain_pdl_h100.json)
+    const bool topk_call = p.has_topk && p.mode == fs::kSample;
+    check_cuda(launch_pdl(d, [&](bool pdl) {
+                 cfg.numAttrs = pdl && topk_call ? 2 : 1;
+                 return cudaLaunchKernelEx(&cfg, kern, p);
+               }),
+               "cudaLaunchKernelEx");
   } else {
     fs::sampler_kernel<DT><<<dim3(1, p.B, 1), fs::kThreads, c.smem, st>>>(p);
     check_cuda(cudaGetLastError(), "kernel launch");
@@ -243,9 +291,9 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
   int64_t used = kind == kStream ? -1 : (kind == kPlain ? -2 : c.S);
   if (kind == kPlain) {
     switch (dt) {
-      case fs::kF32: launch_plain<fs::kF32>(p, st); break;
-      case fs::kBF16: launch_plain<fs::kBF16>(p, st); break;
-      default: launch_plain<fs::kF16>(p, st); break;
+      case fs::kF32: launch_plain<fs::kF32>(p, d, st); break;
+      case fs::kBF16: launch_plain<fs::kBF16>(p, d, st); break;
+      default: launch_plain<fs::kF16>(p, d, st); break;
     }
   } else if (kind == kSplit) {
     used = 2000 + p.split_C;
@@ -261,26 +309,26 @@ int64_t sample(TensorView input, TensorView out, int64_t flags, AnyView top_k, A
     // the row's bound: top_k_first rows of several CTAs (joint rows were 0.99-1.03x with it, H200)
     const bool rb = lk && S > 1 && d.twopass_rb && !p.joint;
     switch (dt) {
-      case fs::kF32: launch_twopass<fs::kF32, 1>(p, S, lk, rb, d.pdl, st); break;
-      case fs::kBF16: launch_twopass<fs::kBF16, 1>(p, S, lk, rb, d.pdl, st); break;
-      default: launch_twopass<fs::kF16, 1>(p, S, lk, rb, d.pdl, st); break;
+      case fs::kF32: launch_twopass<fs::kF32, 1>(p, S, lk, rb, d, st); break;
+      case fs::kBF16: launch_twopass<fs::kBF16, 1>(p, S, lk, rb, d, st); break;
+      default: launch_twopass<fs::kF16, 1>(p, S, lk, rb, d, st); break;
     }
   } else if (kind == kTwoPass2) {
     const bool lk = twopass_large_k(d, p, fs::host::min_k_hint(flags), static_cast<int>(cluster));
     const int S = twopass2_cluster(d, B, V, static_cast<int>(cluster >= 6000 ? cluster - 2000 : cluster));
     used = (lk ? 6000 : 4000) + S;
     switch (dt) {
-      case fs::kF32: launch_twopass<fs::kF32, 2>(p, S, lk, false, d.pdl, st); break;
-      case fs::kBF16: launch_twopass<fs::kBF16, 2>(p, S, lk, false, d.pdl, st); break;
-      default: launch_twopass<fs::kF16, 2>(p, S, lk, false, d.pdl, st); break;
+      case fs::kF32: launch_twopass<fs::kF32, 2>(p, S, lk, false, d, st); break;
+      case fs::kBF16: launch_twopass<fs::kBF16, 2>(p, S, lk, false, d, st); break;
+      default: launch_twopass<fs::kF16, 2>(p, S, lk, false, d, st); break;
     }
   } else if (kind == kFilter) {
     const int S = filter_cluster(d, B, V, static_cast<int>(cluster));
     used = 1000 + S;
     switch (dt) {
-      case fs::kF32: launch_filter<fs::kF32>(p, S, d.pdl, st); break;
-      case fs::kBF16: launch_filter<fs::kBF16>(p, S, d.pdl, st); break;
-      default: launch_filter<fs::kF16>(p, S, d.pdl, st); break;
+      case fs::kF32: launch_filter<fs::kF32>(p, S, d, st); break;
+      case fs::kBF16: launch_filter<fs::kBF16>(p, S, d, st); break;
+      default: launch_filter<fs::kF16>(p, S, d, st); break;
     }
   } else {
     const bool stream_k = kind == kStream;

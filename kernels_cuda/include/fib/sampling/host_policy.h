@@ -19,6 +19,7 @@ namespace fs = fib::sampling;
 namespace {
 
 struct DevInfo {
+  int id = 0;  // (the device)
   int sms = 0, major = 0, optin = 0;
   int static_smem[3] = {0, 0, 0};
   double filter_min_tokens = 6.0e6;  // FIB_SAMPLING_FILTER_MIN_TOKENS
@@ -87,9 +88,10 @@ struct DevInfo {
   // most one per 16384 tokens, at most 8), so that one row's select, merge and draw overlap another
   // CTA's loads (benchmarks/sampling_twopass.py --b64 times it by knob)
   int twopass2_min_b = 0;
-  // FIB_SAMPLING_PDL (default 1; 0 turns it off): the sm_90 kernels (two-pass, filter and cluster
-  // kernels) launch with programmatic stream serialization: a call's CTAs become resident while the
-  // kernel ahead of it drains and wait there (pdl_enter(), common.cuh), instead of launching after it
+  // FIB_SAMPLING_PDL (default 1; 0 turns it off): on sm_90 every sampling kernel launches with
+  // programmatic stream serialization: a call's CTAs may become resident while the kernel ahead of
+  // it drains, and wait there (pdl_enter(), common.cuh), instead of launching after it. H100: 0.95-1.00x
+  // per call back to back (the grid), no change behind a torch kernel (sampling_pdl.py)
   bool pdl = true;
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
@@ -97,6 +99,7 @@ using fs::kStreamSmem;
 constexpr int kMaxDev = 64;
 DevInfo g_dev[kMaxDev];
 std::atomic<bool> g_ready[kMaxDev];
+std::atomic<bool> g_pdl_off[kMaxDev];  // (a launch with FIB_SAMPLING_PDL's attribute was refused: launch_pdl)
 std::mutex g_mu;
 
 void check_cuda(cudaError_t e, const char* what) {
@@ -206,6 +209,7 @@ const DevInfo& dev_info(int dev) {
   std::lock_guard<std::mutex> lk(g_mu);
   if (!g_ready[dev].load(std::memory_order_relaxed)) {
     DevInfo& d = g_dev[dev];
+    d.id = dev;
     check_cuda(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev), "device attribute");
     check_cuda(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev), "device attribute");
     check_cuda(cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "device attribute");

@@ -319,6 +319,7 @@ template <int DT>
 __global__ void __launch_bounds__(kThreads, 2) plain_kernel(const Params p) {
   // dsm: 2 * kHistBufBytes (sample_row's histograms, for the rows it takes)
   extern __shared__ __align__(16) unsigned char dsm[];
+  pdl_enter();
   const int row = blockIdx.x;
   if (plain_draw<DT>(p, row)) sample_row<DT>(p, dsm, row, 0u, 1u, p.V, false);
 }

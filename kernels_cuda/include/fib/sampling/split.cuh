@@ -158,6 +158,7 @@ __device__ __forceinline__ void split_push(uint64_t* G, int* n, int cap, uint64_
 template <int DT>
 __global__ void __launch_bounds__(kThreads, 2) split_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char dsm[];
+  pdl_enter();
   constexpr int ESIZE = DT == kF32 ? 4 : 2;
   constexpr int EPV = 16 / ESIZE, EPT = kSplitVec * EPV;
   constexpr int CHUNK = split_chunk<DT>();

@@ -251,6 +251,7 @@ __device__ __forceinline__ void stream_row(const Params& p, unsigned char* dsm, 
 template <int DT>
 __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char dsm[];
+  pdl_enter();
   stream_row<DT>(p, dsm, blockIdx.x);
 }
 
