@@ -88,7 +88,8 @@ struct DevInfo {
   // most one per 16384 tokens, at most 8), so that one row's select, merge and draw overlap another
   // CTA's loads (benchmarks/sampling_twopass.py --b64 times it by knob)
   int twopass2_min_b = 0;
-  // FIB_SAMPLING_PDL (default 1; 0 turns it off): on sm_90 every sampling kernel launches with
+  // FIB_SAMPLING_PDL (default 1; 0 turns it off): on sm_90 the sampling kernels (the cluster kernel
+  // for top-k sampling calls only: sampling.cu, launch) launch with
   // programmatic stream serialization: a call's CTAs may become resident while the kernel ahead of
   // it drains, and wait there (pdl_enter(), common.cuh), instead of launching after it. H100: 0.95-1.00x
   // per call back to back (the grid), no change behind a torch kernel (sampling_pdl.py)
