@@ -50,12 +50,12 @@ namespace {
 // again without it, and the device's launches stop asking for it
 template <class F>
 cudaError_t launch_pdl(const DevInfo& d, F&& go) {
-  const bool pdl = d.pdl && d.major >= 9 && !g_pdl_off[d.id].load(std::memory_order_relaxed);
+  const bool pdl = d.pdl && d.major >= 9 && !d.pdl_refused.load(std::memory_order_relaxed);
   cudaError_t e = go(pdl);
   if (e != cudaSuccess && pdl) {
     (void)cudaGetLastError();
     e = go(false);
-    if (e == cudaSuccess) g_pdl_off[d.id].store(true, std::memory_order_relaxed);
+    if (e == cudaSuccess) d.pdl_refused.store(true, std::memory_order_relaxed);
   }
   return e;
 }
@@ -72,10 +72,8 @@ cudaError_t launch_grid(K kern, dim3 grid, size_t smem, const fs::Params& p, cud
   cfg.blockDim = dim3(fs::kThreads, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
+  cudaLaunchAttribute attr = fs::pdl_launch_attr();
+  cfg.attrs = &attr;
   cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kern, p);
 }
@@ -191,8 +189,7 @@ void launch(const fs::Params& p, const Config& c, const DevInfo& d, cudaStream_t
     attr[0].val.clusterDim.x = c.S;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // (FIB_SAMPLING_PDL: pdl_enter())
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    attr[1] = fs::pdl_launch_attr();  // (FIB_SAMPLING_PDL)
     cfg.attrs = attr;
     auto* kern = fs::sampler_kernel<DT>;
     if constexpr (DT == fs::kF32) {

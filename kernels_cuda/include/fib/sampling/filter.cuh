@@ -824,6 +824,13 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
 // `smem` bytes of dynamic shared memory) on stream st, the filter kernel's slices (p.chunk) and
 // the layout its rows handed to sample_row use (streamed, histograms). The filter and two-pass
 // kernels launch through it; cluster_launch_config also serves occupancy queries.
+// the launch attribute of programmatic dependent launch (the kernels' pdl_enter(), common.cuh)
+inline cudaLaunchAttribute pdl_launch_attr() {
+  cudaLaunchAttribute a;
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  return a;
+}
 struct ClusterLaunch {
   cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr[2];
@@ -839,8 +846,7 @@ inline void cluster_launch_config(ClusterLaunch& l, int S, int rows, size_t smem
   l.attr[0].val.clusterDim.x = S;
   l.attr[0].val.clusterDim.y = 1;
   l.attr[0].val.clusterDim.z = 1;
-  l.attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  l.attr[1].val.programmaticStreamSerializationAllowed = 1;
+  l.attr[1] = pdl_launch_attr();
   l.cfg.attrs = l.attr;
   l.cfg.numAttrs = pdl ? 2 : 1;
 }

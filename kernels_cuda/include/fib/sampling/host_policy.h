@@ -19,7 +19,6 @@ namespace fs = fib::sampling;
 namespace {
 
 struct DevInfo {
-  int id = 0;  // (the device)
   int sms = 0, major = 0, optin = 0;
   int static_smem[3] = {0, 0, 0};
   double filter_min_tokens = 6.0e6;  // FIB_SAMPLING_FILTER_MIN_TOKENS
@@ -94,13 +93,14 @@ struct DevInfo {
   // it drains, and wait there (pdl_enter(), common.cuh), instead of launching after it. H100: 0.95-1.00x
   // per call back to back (the grid), no change behind a torch kernel (sampling_pdl.py)
   bool pdl = true;
+  // set when a launch with that attribute was refused (launch_pdl): this device's launches stop asking
+  mutable std::atomic<bool> pdl_refused{false};
   int stream_min_b = 96;  // run-4 sweep: streaming wins from B=128 (78 vs 93 us), loses at B=64  // FIB_SAMPLING_STREAM_MIN_B: batches from this size use the streaming kernel
 };
 using fs::kStreamSmem;
 constexpr int kMaxDev = 64;
 DevInfo g_dev[kMaxDev];
 std::atomic<bool> g_ready[kMaxDev];
-std::atomic<bool> g_pdl_off[kMaxDev];  // (a launch with FIB_SAMPLING_PDL's attribute was refused: launch_pdl)
 std::mutex g_mu;
 
 void check_cuda(cudaError_t e, const char* what) {
@@ -210,7 +210,6 @@ const DevInfo& dev_info(int dev) {
   std::lock_guard<std::mutex> lk(g_mu);
   if (!g_ready[dev].load(std::memory_order_relaxed)) {
     DevInfo& d = g_dev[dev];
-    d.id = dev;
     check_cuda(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev), "device attribute");
     check_cuda(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev), "device attribute");
     check_cuda(cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "device attribute");
