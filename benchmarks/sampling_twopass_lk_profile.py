@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +34,9 @@ from sampling_small_profile import cta_summary  # noqa: E402
 
 SLOTS = {"estimate": 15, "pass_end": 16, "pass1": 1, "candidates": 2, "radix": 3, "cut": 4, "cl_wait": 5,
          "merged": 6, "rt_weights": 12, "rt_round0": 13, "rt_check": 14, "token": 8}
+# builds with -DFIB_TWOPASS_DIAG_TWICE=1 too: the merge's select and reject_tail's sort by index
+# each run twice (the second warm), timed
+DIAG_SLOTS = {"sel1_start": 17, "sel1_end": 18, "sel2_end": 19, "sort1_start": 23, "sort1_end": 24, "sort2_end": 25}
 # (B=64 V=32000 is the cluster kernel's: benchmarks/sampling_gather_profile.py)
 # (k = 129 and 256 beside 2048 at B=64: the same pass with ~0.2x / ~0.3x the speculative candidates)
 POINTS = [(64, 128256, 2048), (64, 151936, 2048), (64, 128256, 1024), (64, 128256, 256), (64, 128256, 129),
@@ -44,11 +48,16 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = ap.parse_args()
     mod = profile_module()
+    diag = "diag_twice=1" in str(mod.build_config())
+    slot_names = dict(SLOTS, **DIAG_SLOTS) if diag else SLOTS
+    points = POINTS
+    if os.environ.get("LKPROF_POINTS"):  # "B,V,k B,V,k ..."
+        points = [tuple(int(x) for x in pt.split(",")) for pt in os.environ["LKPROF_POINTS"].split()]
     seed_t = torch.tensor([7], dtype=torch.int64, device="cuda")
     rows = []
     print(f"{'B':>3} {'V':>7} {'k':>5} {'src':>6} {'kind':>6} {'us':>6} {'cand':>5}  "
-          + " ".join(f"{n:>10}" for n in SLOTS))
-    for B, V, k in POINTS:
+          + " ".join(f"{n:>10}" for n in slot_names))
+    for B, V, k in points:
         for kind in ("peaked", "flat"):
             lgs = make_inputs(B, V, kind)
             for src in ("probs", "logits"):
@@ -64,14 +73,14 @@ def main():
                     raw = [int(v) for v in str(mod.prof_read()).split(",")]
                     cands.append(raw[10])  # slot 11: the speculative candidates of row 0 / rank 0
                     vals = prof_slots(mod, raw)
-                    slots.append({n: vals[j] for n, j in SLOTS.items()})
+                    slots.append({n: vals[j] for n, j in slot_names.items()})
                     if hasattr(mod, "prof_cta_read"):
                         ctas.append(cta_summary(mod.prof_cta_read(B), B))
-                med = median_slots(slots, SLOTS)
+                med = median_slots(slots, slot_names)
                 rows.append({"B": B, "V": V, "k": k, "kind": kind, "src": src, "graph_us": us, "phases_us": med,
                              "spec_candidates": cands, "per_input": slots, "ctas": ctas})
                 print(f"{B:>3} {V:>7} {k:>5} {src:>6} {kind:>6} {us:6.1f} {cands[0]:>5}  " +
-                      " ".join(f"{(f'{med[n]:.2f}' if med[n] is not None else '-'):>10}" for n in SLOTS), flush=True)
+                      " ".join(f"{(f'{med[n]:.2f}' if med[n] is not None else '-'):>10}" for n in slot_names), flush=True)
                 if ctas:
                     print("      ctas (rank: event: median/max us): " + json.dumps(ctas[0]), flush=True)
     write_profile(args.out, "sampling_twopass_lk_profile", mod, rows)

@@ -415,6 +415,9 @@ tvm::ffi::String build_config() {
 #else
                           ",profile=0"
 #endif
+#if FIB_TWOPASS_DIAG_TWICE
+                          ",diag_twice=1"
+#endif
   );
 }
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(build_config, build_config);

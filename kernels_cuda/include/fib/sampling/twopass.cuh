@@ -129,6 +129,11 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 // exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token. Off in the
 // default kernel (on in the large-k one): the call in the row loop moves values out of the uniform
 // registers and costs the other rows 1.02x
+// diagnostic for profile builds only (-DFIB_SAMPLING_PROFILE): the large-k merge's select and
+// reject_tail's sort by index each run twice and timed, slots 17-19 and 23-25
+#ifndef FIB_TWOPASS_DIAG_TWICE
+#define FIB_TWOPASS_DIAG_TWICE 0
+#endif
 #ifndef FIB_TWOPASS_REJECT_TAIL
 #define FIB_TWOPASS_REJECT_TAIL 0
 #endif
@@ -925,7 +930,20 @@ radix_again:  // (the row held fewer than k tokens at its bound: every rank's ex
     if (tid == 0) s_new = 0;
     __syncthreads();
     if (joint) cs = combine_partials(s_rcm, s_rcs, static_cast<int>(S), logits, scale, &cm);
+#if FIB_TWOPASS_DIAG_TWICE
+    // (diagnostic, profile builds: the merge's select run twice, each timed; the second runs the
+    // same code warm, so their difference is the first run's cold instruction fetch)
+    FIB_PROF(17);
+    if (LK) {
+      const uint64_t td = total <= direct ? 0ull : kth_prefix(sg, k, ssel, Pk - k);
+      FIB_PROF(18);
+      if (td == 1ull && tid == 0) s_res[0] = 0;  // (keeps the first select)
+    }
+#endif
     const uint64_t t = total <= direct ? 0ull : kth_prefix(sg, k, ssel, Pk - k);
+#if FIB_TWOPASS_DIAG_TWICE
+    FIB_PROF(19);
+#endif
     if constexpr (LK && FIB_TWOPASS_MERGE_APPEND_GE != 0) {
       append_ge(sg, t, G, &s_new);  // (the large-k instantiation: ~5.8K entries at k = 2048, S = 2)
     } else {
@@ -970,6 +988,11 @@ radix_again:  // (the row held fewer than k tokens at its bound: every rank's ex
         static_assert(kRejTailScratch * 8 <= kFilterRingBytes, "reject_tail's scratch fits the ring");
         const uint32_t kmin = use_m ? f2key(min_p_threshold(wc, logits, T, mp)) : 0u;
         __syncthreads();
+#if FIB_TWOPASS_DIAG_TWICE
+        FIB_PROF(23);
+        sort_by_index(G, nc0, p.V, scr, reinterpret_cast<uint32_t*>(scr + kRejTailMaxK), s_scratch);
+        FIB_PROF(24);
+#endif
         reject_tail(p.out_idx + row, row, p.V, row_seed(p, row), row_offset(p, row), G, nc0, wc, kmin, tp, scr,
                     s_scratch);
         FIB_PROF(8);
