@@ -29,11 +29,6 @@ __device__ __forceinline__ uint64_t warp_min_u64(uint64_t v) {
 // Candidate sets visited by the radix select: `nseg` segments (one per cluster rank, or just the
 // local buffer), segment r = seg[r][0..cnt[r]). Every thread visits slots tid, tid + kThreads, ...
 // of each segment with a warp-uniform trip count (valid = false past the end).
-// 1: Segs::each's loop over a segment's slots is not unrolled (less code for the merges' selects,
-// which run once per CTA and are fetched cold; a diagnostic switch, off)
-#ifndef FIB_SELECT_EACH_ROLLED
-#define FIB_SELECT_EACH_ROLLED 0
-#endif
 struct Segs {
   const uint64_t* seg[kMaxCluster];
   int cnt[kMaxCluster];
@@ -43,9 +38,6 @@ struct Segs {
     for (int r = 0; r < nseg; ++r) {
       const uint64_t* a = seg[r];
       const int n = cnt[r];
-#if FIB_SELECT_EACH_ROLLED
-#pragma unroll 1
-#endif
       for (int b = 0; b < n; b += kThreads) {
         const int i = b + threadIdx.x;
         const bool valid = i < n;

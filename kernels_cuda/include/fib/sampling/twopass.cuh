@@ -125,15 +125,17 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 #ifndef FIB_TWOPASS_ROW_BOUND
 #define FIB_TWOPASS_ROW_BOUND 1
 #endif
+// diagnostic for profile builds only (-DFIB_SAMPLING_PROFILE): the large-k merge's select and
+// reject_tail's sort by index each run twice and timed, slots 17-19 and 23-25 (H100: the warm run
+// took as long as the cold one, so the tail's time is not instruction fetch; docs/sampling-journal.md,
+// "The tail's code is not cold")
+#ifndef FIB_TWOPASS_DIAG_TWICE
+#define FIB_TWOPASS_DIAG_TWICE 0
+#endif
 // 1: top_k_first rows with k > p.rej_min_k sample by the cluster kernel's rejection rounds on the
 // exact top-k set (reject_tail.cuh) instead of sorting it: the cluster kernel's token. Off in the
 // default kernel (on in the large-k one): the call in the row loop moves values out of the uniform
 // registers and costs the other rows 1.02x
-// diagnostic for profile builds only (-DFIB_SAMPLING_PROFILE): the large-k merge's select and
-// reject_tail's sort by index each run twice and timed, slots 17-19 and 23-25
-#ifndef FIB_TWOPASS_DIAG_TWICE
-#define FIB_TWOPASS_DIAG_TWICE 0
-#endif
 #ifndef FIB_TWOPASS_REJECT_TAIL
 #define FIB_TWOPASS_REJECT_TAIL 0
 #endif
