@@ -126,9 +126,6 @@ static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, ui
     __syncthreads();
   } else {
     sort_by_index(G, nc, V, T, off, s_scratch);
-#if FIB_TWOPASS_DIAG_TWICE
-    FIB_PROF(25);
-#endif
   }
   // the kept weights in token order (thread tid: T[4 tid .. 4 tid + 3]) and their prefix sums
   uint64_t w[4], ex[4];

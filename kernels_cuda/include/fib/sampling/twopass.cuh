@@ -125,10 +125,10 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 #ifndef FIB_TWOPASS_ROW_BOUND
 #define FIB_TWOPASS_ROW_BOUND 1
 #endif
-// diagnostic for profile builds only (-DFIB_SAMPLING_PROFILE): the large-k merge's select and
-// reject_tail's sort by index each run twice and timed, slots 17-19 and 23-25 (H100: the warm run
-// took as long as the cold one, so the tail's time is not instruction fetch; docs/sampling-journal.md,
-// "The tail's code is not cold")
+// diagnostic for profile builds only (-DFIB_SAMPLING_PROFILE): the large-k merge's select (one
+// non-inlined copy) and reject_tail each run twice before their own calls, timed (slots 17-19,
+// 23, 24, 26): the second run of the same code is warm (docs/sampling-journal.md, "Is the tail's
+// code cold?")
 #ifndef FIB_TWOPASS_DIAG_TWICE
 #define FIB_TWOPASS_DIAG_TWICE 0
 #endif
@@ -265,6 +265,13 @@ __device__ __forceinline__ uint32_t group_kth_key(const float (&gm)[kTpGroups], 
   }
   return (b1 << 21) | (b2 << 10);
 }
+
+#if FIB_TWOPASS_DIAG_TWICE
+// (the diagnostic's select: one non-inlined copy, called twice)
+static __device__ __noinline__ uint64_t diag_kth(const Segs& sg, int k, SelectSmem& sm, int slack) {
+  return kth_prefix(sg, k, sm, slack);
+}
+#endif
 
 // MINB: CTAs per SM the registers are sized for. 1: 128 registers, FIB_TWOPASS_VECS loads in
 // flight; 2: 64 registers, FIB_TWOPASS2_VECS loads, and a CTA streams its slice while the SM's
@@ -933,19 +940,19 @@ radix_again:  // (the row held fewer than k tokens at its bound: every rank's ex
     __syncthreads();
     if (joint) cs = combine_partials(s_rcm, s_rcs, static_cast<int>(S), logits, scale, &cm);
 #if FIB_TWOPASS_DIAG_TWICE
-    // (diagnostic, profile builds: the merge's select run twice, each timed; the second runs the
-    // same code warm, so their difference is the first run's cold instruction fetch)
+    // (diagnostic, profile builds: the merge's select run twice through one non-inlined copy, each
+    // timed; the second runs the same code warm, so their difference is the first run's cold
+    // instruction fetch)
     FIB_PROF(17);
-    if (LK) {
-      const uint64_t td = total <= direct ? 0ull : kth_prefix(sg, k, ssel, Pk - k);
+    if (LK && total > direct) {
+      uint64_t td = diag_kth(sg, k, ssel, Pk - k);
       FIB_PROF(18);
-      if (td == 1ull && tid == 0) s_res[0] = 0;  // (keeps the first select)
+      td ^= diag_kth(sg, k, ssel, Pk - k);
+      FIB_PROF(19);
+      if (td == 1ull && tid == 0) s_res[0] = 0;  // (keeps both selects)
     }
 #endif
     const uint64_t t = total <= direct ? 0ull : kth_prefix(sg, k, ssel, Pk - k);
-#if FIB_TWOPASS_DIAG_TWICE
-    FIB_PROF(19);
-#endif
     if constexpr (LK && FIB_TWOPASS_MERGE_APPEND_GE != 0) {
       append_ge(sg, t, G, &s_new);  // (the large-k instantiation: ~5.8K entries at k = 2048, S = 2)
     } else {
@@ -991,9 +998,16 @@ radix_again:  // (the row held fewer than k tokens at its bound: every rank's ex
         const uint32_t kmin = use_m ? f2key(min_p_threshold(wc, logits, T, mp)) : 0u;
         __syncthreads();
 #if FIB_TWOPASS_DIAG_TWICE
+        // (reject_tail twice more before its call, timed: the same token each time; the second warm)
         FIB_PROF(23);
-        sort_by_index(G, nc0, p.V, scr, reinterpret_cast<uint32_t*>(scr + kRejTailMaxK), s_scratch);
+        reject_tail(p.out_idx + row, row, p.V, row_seed(p, row), row_offset(p, row), G, nc0, wc, kmin, tp, scr,
+                    s_scratch);
+        __syncthreads();
         FIB_PROF(24);
+        reject_tail(p.out_idx + row, row, p.V, row_seed(p, row), row_offset(p, row), G, nc0, wc, kmin, tp, scr,
+                    s_scratch);
+        __syncthreads();
+        FIB_PROF(26);
 #endif
         reject_tail(p.out_idx + row, row, p.V, row_seed(p, row), row_offset(p, row), G, nc0, wc, kmin, tp, scr,
                     s_scratch);
