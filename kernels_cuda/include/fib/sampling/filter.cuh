@@ -820,10 +820,6 @@ __global__ void __launch_bounds__(kThreads, 2) filter_kernel(const Params p) {
 #endif
 }
 
-// Host: a launch of `kernel` with one cluster of S CTAs per row (grid S x B, kThreads threads,
-// `smem` bytes of dynamic shared memory) on stream st, the filter kernel's slices (p.chunk) and
-// the layout its rows handed to sample_row use (streamed, histograms). The filter and two-pass
-// kernels launch through it; cluster_launch_config also serves occupancy queries.
 // the launch attribute of programmatic dependent launch (the kernels' pdl_enter(), common.cuh)
 inline cudaLaunchAttribute pdl_launch_attr() {
   cudaLaunchAttribute a;
@@ -831,6 +827,11 @@ inline cudaLaunchAttribute pdl_launch_attr() {
   a.val.programmaticStreamSerializationAllowed = 1;
   return a;
 }
+
+// Host: a launch of `kernel` with one cluster of S CTAs per row (grid S x B, kThreads threads,
+// `smem` bytes of dynamic shared memory) on stream st, the filter kernel's slices (p.chunk) and
+// the layout its rows handed to sample_row use (streamed, histograms). The filter and two-pass
+// kernels launch through it; cluster_launch_config also serves occupancy queries.
 struct ClusterLaunch {
   cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr[2];
