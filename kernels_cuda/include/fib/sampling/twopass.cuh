@@ -128,7 +128,7 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 // diagnostic for profile builds only (-DFIB_SAMPLING_PROFILE): the large-k merge's select (one
 // non-inlined copy) and reject_tail each run twice before their own calls, timed (slots 17-19,
 // 23, 24, 26): the second run of the same code is warm (docs/sampling-journal.md, "Is the tail's
-// code cold?")
+// code cold?" and "The warm/cold diagnostic's answer")
 #ifndef FIB_TWOPASS_DIAG_TWICE
 #define FIB_TWOPASS_DIAG_TWICE 0
 #endif
@@ -941,8 +941,8 @@ radix_again:  // (the row held fewer than k tokens at its bound: every rank's ex
     if (joint) cs = combine_partials(s_rcm, s_rcs, static_cast<int>(S), logits, scale, &cm);
 #if FIB_TWOPASS_DIAG_TWICE
     // (diagnostic, profile builds: the merge's select run twice through one non-inlined copy, each
-    // timed; the second runs the same code warm, so their difference is the first run's cold
-    // instruction fetch)
+    // timed; the second runs the same code warm, so their difference is what a first run pays: on
+    // the H100 not its code, since the merge's own never-run copy then ran at the warm speed)
     FIB_PROF(17);
     if (LK && total > direct) {
       uint64_t td = diag_kth(sg, k, ssel, Pk - k);
