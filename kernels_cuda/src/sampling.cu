@@ -393,7 +393,7 @@ tvm::ffi::String launch_config(int64_t B, int64_t V, int64_t dt, int64_t cluster
                            : twopass2_cluster(d, static_cast<int>(B), static_cast<int>(V), knob);
     c.chunk = ((static_cast<int>(V) + c.S - 1) / c.S + 7) & ~7;
     c.resident = 0;
-    c.smem = cluster >= 5000 && cluster < 6000 ? fs::twopass_smem<1, true>() : fs::kTwoPassSmem;  // (large-k, one CTA per SM)
+    c.smem = fs::kTwoPassSmem;
   } else if (kind == kFilter) {
     c.S = filter_cluster(d, static_cast<int>(B), static_cast<int>(V), static_cast<int>(cluster));
     c.chunk = ((static_cast<int>(V) + c.S - 1) / c.S + 7) & ~7;

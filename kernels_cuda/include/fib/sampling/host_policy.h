@@ -169,13 +169,13 @@ void prepare_kernel(DevInfo& d) {
                                     static_cast<int>(fs::kTwoPassSmem)),
                "cudaFuncSetAttribute(twopass2 MaxDynamicSharedMemorySize)");
     check_cuda(cudaFuncSetAttribute(fs::twopass_kernel<DT, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(fs::twopass_smem<1, true>())),
+                                    static_cast<int>(fs::kTwoPassSmem)),
                "cudaFuncSetAttribute(twopass large-k MaxDynamicSharedMemorySize)");
     check_cuda(cudaFuncSetAttribute(fs::twopass_kernel<DT, 2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(fs::kTwoPassSmem)),
                "cudaFuncSetAttribute(twopass2 large-k MaxDynamicSharedMemorySize)");
     check_cuda(cudaFuncSetAttribute(fs::twopass_kernel<DT, 1, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(fs::twopass_smem<1, true>())),
+                                    static_cast<int>(fs::kTwoPassSmem)),
                "cudaFuncSetAttribute(twopass large-k row bound MaxDynamicSharedMemorySize)");
     if (DT == fs::kF32) {
       for (int S = 1; S <= fs::kMaxCluster; ++S) {

@@ -143,29 +143,6 @@ static_assert(kThreads * kTpGroups >= 2 * kFilterMaxK, "the group maxima bound t
 // the filter kernel's layout: a 40 KB area where the other ranks push their sets, then the
 // 8192-entry candidate buffer (and >= 64 KB for the general algorithm's histograms)
 constexpr size_t kTwoPassSmem = kFilterSmem;
-// 16-byte vectors per thread of the slice past the first pass's first batch (vectors PD .. PD + this)
-// that the large-k instantiations of one CTA per SM copy into shared memory with TMA bulk copies
-// issued at their start, so that the slice keeps streaming from DRAM while the estimate (the
-// sample's loads and its select, ~7 us at B=64) holds the register pipeline at its first batch; the
-// pass then reads them from shared memory. 0: none (14: 112 KB past kTwoPassSmem, within the
-// 227 KB a CTA may have with ~10 KB of static shared memory)
-#ifndef FIB_TWOPASS_STAGE
-#define FIB_TWOPASS_STAGE 0
-#endif
-constexpr int kTpStageVecs = FIB_TWOPASS_STAGE;
-// with staging, 1: the row's-bound rows load their sample before the first batch (it does not depend
-// on k), and the staged copies go out after the row's top_k and temperature loads, so that the
-// estimate's loads do not queue behind the staged bytes
-#ifndef FIB_TWOPASS_STAGE_EARLY
-#define FIB_TWOPASS_STAGE_EARLY 0
-#endif
-static_assert(kTpStageVecs >= 0 && kTwoPassSmem + static_cast<size_t>(kTpStageVecs) * kThreads * 16 + 10240 <= 232448,
-              "the staged vectors fit a CTA's shared memory");
-// the dynamic shared memory of twopass_kernel<DT, MINB, LK, RB>
-template <int MINB, bool LK>
-constexpr size_t twopass_smem() {
-  return kTwoPassSmem + ((LK && MINB == 1) ? static_cast<size_t>(kTpStageVecs) * kThreads * 16 : 0);
-}
 // the candidate buffer's entries; past them, the radix path's histogram (2048 u32), so that the
 // push area stays free for the other ranks from the kernel's start
 constexpr int kTpCap = kFilterCap - kBins / 2;
@@ -341,72 +318,19 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   const int extra = head + (n - tail0);
   const char* body = in_row + static_cast<int64_t>(head) * ESIZE;
   const int nvt = (nv + kThreads - 1) / kThreads;  // (block-uniform)
-#if FIB_TWOPASS_ROW_BOUND
-  // the row's bound (FIB_TWOPASS_ROW_BOUND): rows of several CTAs whose every slice, the last and
-  // shortest too, holds 2 PD batches (the same in every rank; other rows bound each slice). One CTA
-  // per SM only (B < 256, where 5x is short): with two, the kernels' spills doubled (64 registers)
-  const bool rb = RB && LK && MINB == 1 && S > 1 && static_cast<int64_t>(V) - static_cast<int64_t>(S - 1) * p.chunk >=
-                                     static_cast<int64_t>(2 * PD * kThreads + 1) * TPV;
-#endif
-  // (the staged vectors: FIB_TWOPASS_STAGE above; nst per thread, block-uniform, chunk c = vectors
-  // (PD + c) * kThreads .. + kThreads of the body, on mbarrier s_stmb[c])
-  constexpr bool kStage = LK && MINB == 1 && kTpStageVecs > 0;
-  __shared__ __align__(8) uint64_t s_stmb[kStage ? kTpStageVecs : 1];
-  [[maybe_unused]] const uint4* const stg = reinterpret_cast<const uint4*>(dsm + kTwoPassSmem);
-  [[maybe_unused]] int nst = 0;
   auto ldv = [&](int u) -> uint4 {
     const int g = u * kThreads + tid;
-    if constexpr (kStage) {
-      if (u >= PD && u < PD + nst) {  // (block-uniform)
-        mbar_wait(&s_stmb[u - PD], 0u);
-        return g < nv ? stg[g - PD * kThreads] : make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
     return g < nv ? ld_first(reinterpret_cast<const uint4*>(body) + g) : make_uint4(0u, 0u, 0u, 0u);
   };
-  constexpr bool kStageEarly = kStage && RB && FIB_TWOPASS_STAGE_EARLY != 0;
-  [[maybe_unused]] float sv_e[kTpGroups];
-#if FIB_TWOPASS_ROW_BOUND
-  if constexpr (kStageEarly) {
-    if (rb) {  // (the row's-bound sample below, loaded first)
-      const char* row0 = reinterpret_cast<const char*>(p.in) + static_cast<int64_t>(row) * p.in_stride * ESIZE;
-      const int64_t t0 = (static_cast<int64_t>(tid) * (V - kTpGroups)) / kThreads;
-#pragma unroll
-      for (int j = 0; j < kTpGroups; ++j) sv_e[j] = load_elem<DT>(row0, t0 + j);
-    }
-  }
-#endif
   // the first pass's loads go out before the row's parameters are read (global loads too)
   uint4 q[PD];
 #pragma unroll
   for (int d = 0; d < PD; ++d) q[d] = ldv(d);
-  auto stage_issue = [&]() {
-    // the staged chunks' TMA copies, in order (thread 0; the other threads wait on their mbarriers
-    // in the pass, after the block barrier below)
-    nst = (nv - 1) / kThreads + 1 - PD;  // (vectors per thread past the first batch)
-    nst = nst < 0 ? 0 : (nst > kTpStageVecs ? kTpStageVecs : nst);
-    if (tid == 0 && nst > 0) {
-      for (int c = 0; c < nst; ++c) mbar_init(&s_stmb[c], 1);
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-      for (int c = 0; c < nst; ++c) {
-        const int g0 = (PD + c) * kThreads;
-        const uint32_t bytes = static_cast<uint32_t>(nv - g0 < kThreads ? nv - g0 : kThreads) * 16u;
-        mbar_expect_tx(&s_stmb[c], bytes);
-        tma_load_1d(const_cast<uint4*>(stg) + c * kThreads, reinterpret_cast<const uint4*>(body) + g0, bytes, &s_stmb[c]);
-      }
-    }
-  };
-  if constexpr (kStage && !kStageEarly) stage_issue();
 
   const bool logits = p.is_logits != 0;
   const int k = row_top_k(p, row);
   const float T = logits ? (p.temp_arr ? p.temp_arr[row] : p.temp_val) : 1.0f;
-  if constexpr (kStageEarly) stage_issue();
   if (!(k > 0 && k < V && k <= kFilterMaxK) || (logits && !(T > 0.0f))) {
-    if constexpr (kStage) {  // (the staged copies land before the CTA may exit)
-      if (tid == 0)
-        for (int c = 0; c < nst; ++c) mbar_wait(&s_stmb[c], 0u);
-    }
     sample_row<DT>(p, dsm, row, rank, S, p.chunk, false);  // general algorithm over the cluster
     return;
   }
@@ -453,6 +377,13 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
   const bool seeded = k <= kTpSeedMaxK;
   const bool grouped = !seeded && k <= kTpGroupMaxK && n > k;  // (the group maxima bound)
   bool spec_ok = false;  // (speculative candidates below: no lane / group / batch maxima then)
+#if FIB_TWOPASS_ROW_BOUND
+  // the row's bound (FIB_TWOPASS_ROW_BOUND): rows of several CTAs whose every slice, the last and
+  // shortest too, holds 2 PD batches (the same in every rank; other rows bound each slice). One CTA
+  // per SM only (B < 256, where 5x is short): with two, the kernels' spills doubled (64 registers)
+  const bool rb = RB && LK && MINB == 1 && S > 1 && static_cast<int64_t>(V) - static_cast<int64_t>(S - 1) * p.chunk >=
+                                     static_cast<int64_t>(2 * PD * kThreads + 1) * TPV;
+#endif
   [[maybe_unused]] uint32_t spec_r = 0;  // (kSpec false: unused)
   if constexpr (kSpec) {
     // rows with the group maxima bound (FIB_TWOPASS_SPEC >= 1) or the lane maxima bound (>= 2)
@@ -581,15 +512,10 @@ __global__ void __launch_bounds__(kThreads, MINB) twopass_kernel(const Params p)
       float sv[kTpGroups];
 #if FIB_TWOPASS_ROW_BOUND
       if (rb) {  // (cluster-uniform) 8 consecutive tokens per thread, spread over the row, alike in every rank
-        if constexpr (kStageEarly) {
+        const char* row0 = reinterpret_cast<const char*>(p.in) + static_cast<int64_t>(row) * p.in_stride * ESIZE;
+        const int64_t t0 = (static_cast<int64_t>(tid) * (V - kTpGroups)) / kThreads;
 #pragma unroll
-          for (int j = 0; j < kTpGroups; ++j) sv[j] = sv_e[j];
-        } else {
-          const char* row0 = reinterpret_cast<const char*>(p.in) + static_cast<int64_t>(row) * p.in_stride * ESIZE;
-          const int64_t t0 = (static_cast<int64_t>(tid) * (V - kTpGroups)) / kThreads;
-#pragma unroll
-          for (int j = 0; j < kTpGroups; ++j) sv[j] = load_elem<DT>(row0, t0 + j);
-        }
+        for (int j = 0; j < kTpGroups; ++j) sv[j] = load_elem<DT>(row0, t0 + j);
       } else
 #endif
       {
@@ -1112,7 +1038,7 @@ radix_again:  // (the row held fewer than k tokens at its bound: every rank's ex
 // cluster per row) on stream st, with the filter kernel's slice and fallback layout.
 template <int DT, int MINB, bool LK, bool RB = false>
 inline cudaError_t launch_twopass_rows(Params p, int S, cudaStream_t st, bool pdl = false) {
-  return launch_cluster_rows(twopass_kernel<DT, MINB, LK, RB>, p, S, twopass_smem<MINB, LK>(), st, pdl);
+  return launch_cluster_rows(twopass_kernel<DT, MINB, LK, RB>, p, S, kTwoPassSmem, st, pdl);
 }
 
 }  // namespace sampling
