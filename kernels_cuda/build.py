@@ -125,14 +125,29 @@ def family_sources(family: str) -> list[Path]:
     return files
 
 
+# ptxas's own threads (--split-compile: the kernels of one target assembled in parallel). The machine
+# code is the same as one thread's (the sm_90 SASS of the sampling family compared equal, 2026-12-07),
+# so like nvcc --threads it stays out of the fingerprint. The sm_90 ptxas pass is the build's critical
+# path (~735 s of ~1010 on one core, kernels_cuda/README.md): with 2 threads the sampling family's
+# --arch 90 build took 766 s against ~900 (nvcc's own --split-compile also splits cicc, which changed
+# the SASS of 34 of 35 kernels: not used).
+PTXAS_SPLIT_MAX = 8
+
+
+def ptxas_split(jobs: int) -> list[str]:
+    n = max(1, min(jobs, PTXAS_SPLIT_MAX))
+    return [f"--ptxas-options=--split-compile={n}"] if n > 1 else []
+
+
 def command(nvcc: str, family: str, out: Path, threads: int, archs: list[tuple[str, str]] | None = None,
-            extra: list[str] | None = None) -> list[str]:
+            extra: list[str] | None = None, split: int = 1) -> list[str]:
     incs, libdir = tvm_ffi_paths()
     cmd = [nvcc, *BASE_FLAGS, *(extra or [])]
     for virt, real in archs or GENCODE:
         cmd.append(f"-gencode=arch={virt},code={real}")
     if threads > 1:
         cmd += ["--threads", str(threads)]
+    cmd += ptxas_split(split)
     cmd += [f"-I{INCLUDE}"] + [f"-I{i}" for i in incs]
     cmd += [str(SRC / f"{family}.cu"), "-o", str(out), f"-L{libdir}", "-ltvm_ffi"]
     return cmd
@@ -140,9 +155,11 @@ def command(nvcc: str, family: str, out: Path, threads: int, archs: list[tuple[s
 
 def fingerprint(family: str, cmd: list[str]) -> str:
     h = hashlib.sha256()
-    # the command minus what does not change the binary (nvcc --threads N, the temporary output name)
+    # the command minus what does not change the binary (nvcc --threads N, ptxas's threads, the
+    # temporary output name)
     skip = {i for i, c in enumerate(cmd) if c == "--threads"}
     skip |= {i + 1 for i in skip}
+    skip |= {i for i, c in enumerate(cmd) if c.startswith("--ptxas-options=--split-compile=")}
     h.update(json.dumps([c for i, c in enumerate(cmd) if i not in skip]).encode())
     for f in family_sources(family):
         h.update(str(f.relative_to(ROOT)).encode())
@@ -160,10 +177,11 @@ def up_to_date(family: str, fp: str) -> bool:
 
 
 def build_one(nvcc: str, family: str, threads: int, force: bool, verbose: bool,
-              archs: list[tuple[str, str]] | None = None, extra: list[str] | None = None) -> tuple[str, str, float, str]:
+              archs: list[tuple[str, str]] | None = None, extra: list[str] | None = None,
+              split: int = 1) -> tuple[str, str, float, str]:
     """Returns (family, status, seconds, log) with status in built/up-to-date/failed."""
     out = output_path(family)
-    cmd = command(nvcc, family, out, threads, archs, extra)
+    cmd = command(nvcc, family, out, threads, archs, extra, split)
     fp = fingerprint(family, cmd)
     if not force and up_to_date(family, fp):
         return family, "up-to-date", 0.0, ""
@@ -246,10 +264,14 @@ def main(argv: list[str] | None = None) -> int:
     # jobs: the families overlap only at the start (cascade: ~90 s of the sampling family's ~850 s on
     # 2 cores with 1 thread each), then the long one would leave cores idle.
     threads = max(1, min(len(archs), jobs))
+    # and ptxas may use every job too: while the other targets' passes run, its threads share the
+    # cores with them; once they end, the sm_90 pass (the longest) uses the cores they leave
+    split = jobs
     failed = False
     t0 = time.time()
     with cf.ThreadPoolExecutor(max_workers=workers) as ex:
-        futs = [ex.submit(build_one, nvcc, f, threads, args.force, args.verbose, archs, args.nvcc_flag) for f in fams]
+        futs = [ex.submit(build_one, nvcc, f, threads, args.force, args.verbose, archs, args.nvcc_flag, split)
+                for f in fams]
         for fut in cf.as_completed(futs):
             fam, status, dt, log = fut.result()
             if status == "failed":
@@ -261,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.verbose and log.strip():
                     print(log)
     print(f"fib kernels: done in {time.time() - t0:.1f} s ({len(fams)} families, {workers} in parallel, "
-          f"up to {threads} nvcc threads each)")
+          f"up to {threads} nvcc threads and {split} ptxas threads each)")
     return 1 if failed else 0
 
 

@@ -132,6 +132,19 @@ def test_extra_nvcc_flag_reaches_the_command_and_the_fingerprint(tmp_path):
 
 
 @pytest.mark.skipif(not have_nvcc, reason="needs nvcc")
+def test_thread_counts_stay_out_of_the_fingerprint(tmp_path):
+    # nvcc --threads and ptxas --split-compile change how fast, not what is built
+    _, out = tiny_family(tmp_path, TINY_BARE)
+    args = ("--src-dir", str(tmp_path / "k"), "--out-dir", str(out), "-v", "--arch", "80,90")
+    r = run_build(*args, "-j", "2")
+    assert r.returncode == 0 and "tiny: built" in r.stdout, r.stderr
+    assert "--threads 2" in r.stdout and "--ptxas-options=--split-compile=2" in r.stdout
+    assert "tiny: up-to-date" in run_build(*args, "-j", "1").stdout
+    r = run_build(*args, "-j", "1", "--force")
+    assert "tiny: built" in r.stdout and "--threads" not in r.stdout and "split-compile" not in r.stdout
+
+
+@pytest.mark.skipif(not have_nvcc, reason="needs nvcc")
 def test_arch_build_is_its_own_fingerprint(tmp_path):
     _, out = tiny_family(tmp_path, TINY_BARE)
     args = ("--src-dir", str(tmp_path / "k"), "--out-dir", str(out), "-v")
