@@ -134,8 +134,7 @@ def family_sources(family: str) -> list[Path]:
 PTXAS_SPLIT_MAX = 8
 
 
-def ptxas_split(jobs: int) -> list[str]:
-    n = max(1, min(jobs, PTXAS_SPLIT_MAX))
+def ptxas_split(n: int) -> list[str]:
     return [f"--ptxas-options=--split-compile={n}"] if n > 1 else []
 
 
@@ -266,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = max(1, min(len(archs), jobs))
     # and ptxas may use every job too: while the other targets' passes run, its threads share the
     # cores with them; once they end, the sm_90 pass (the longest) uses the cores they leave
-    split = jobs
+    split = min(jobs, PTXAS_SPLIT_MAX)
     failed = False
     t0 = time.time()
     with cf.ThreadPoolExecutor(max_workers=workers) as ex:
