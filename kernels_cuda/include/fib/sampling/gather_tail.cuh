@@ -26,18 +26,6 @@ static_assert(kGatherCap <= 8 * kThreads, "at most 8 gathered entries per thread
 static_assert(kRejTailScratch <= kGatherCap, "reject_tail's scratch fits a histogram buffer below the counts");
 static_assert(kCand <= kRejTailMaxK, "the gathered tail's top-k sets fit reject_tail");
 
-// gathered_select ranks the digit bin that holds the k-th largest entry directly once it holds at most
-// this many entries (0: off, every digit pass runs). After the first 11-bit digit a gathered set of
-// ~2.8K tokens at k = 2048 has 6-30 entries in that bin (a numpy replay of the grid's peaked and flat
-// rows, V = 32000-151936), so the second digit pass and the tie scan become one barrier and a rank
-// count over the bin's list. Same set, so the same token. Off (0) until it has run on a GPU: the
-// build with -DFIB_GATHER_SMALL_BIN=32 is timed against the release build by the gab stage of
-// benchmarks/run_sampling_device.sh.
-#ifndef FIB_GATHER_SMALL_BIN
-#define FIB_GATHER_SMALL_BIN 0
-#endif
-static_assert(FIB_GATHER_SMALL_BIN >= 0 && FIB_GATHER_SMALL_BIN * 8 <= kBins * 4, "the bin's list fits a pass's bins");
-
 // Where gathered entry g sits in rank 0's X: entry 8t + j is read by thread t (gathered_select), so
 // in plain order each of its eight u64 loads would hit one bank pair in 16 lanes of the warp (16
 // shared-memory wavefronts a load instead of 2; Nsight Compute: 23K excess wavefronts per B=16
@@ -74,8 +62,6 @@ __device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, 
     key[j] = static_cast<uint32_t>(e[j] >> 32);
   }
   bool all_kept = v == rem;  // the whole chosen bucket is kept: every key >= prefix
-  bool kept[8];
-  bool ranked = false;  // (kept[] set by the small-bin finish)
   uint32_t* const cnt0 = reinterpret_cast<uint32_t*>(Y);
   for (int b = tid; b < kBins; b += kThreads) cnt0[b] = 0u;
   if (tid < 3) sh_b[tid] = -1;
@@ -120,45 +106,13 @@ __device__ __forceinline__ int gathered_select(uint64_t* X, int N, uint64_t* Y, 
     top = shift;
     all_kept = v == rem;
     FIB_PROF(4 + q);  // (profile builds: the digit passes on rank 0)
-#if FIB_GATHER_SMALL_BIN > 0
-    if (!all_kept && top > 0 && v <= static_cast<uint64_t>(FIB_GATHER_SMALL_BIN)) {  // (block-uniform)
-      // the small-bin finish: the bin's v entries (keys matching prefix above bit top) listed in this
-      // pass's bins (read before the barrier above), each kept when fewer than rem of them are larger
-      // (composites: key desc, then lower token index first, the tie rule below); the keys above the
-      // bin are kept, those below it are not
-      uint64_t* const lst = reinterpret_cast<uint64_t*>(cnt);
-      uint32_t* const ctr = nxt;  // (zeroed before that barrier, unused by any later pass)
-      const uint32_t m = ~((1u << top) - 1u);
-      const uint32_t hi = prefix | ~m;  // the bin's largest key
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        if (8 * tid + j < N && (key[j] & m) == prefix) lst[atomicAdd(ctr, 1u)] = e[j];
-      __syncthreads();
-      const int nv = static_cast<int>(v);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const bool valid = 8 * tid + j < N;
-        bool k1 = valid && key[j] > hi;
-        if (valid && (key[j] & m) == prefix) {
-          uint32_t r = 0;
-          for (int i = 0; i < nv; ++i) r += lst[i] > e[j] ? 1u : 0u;
-          k1 = r < rem;
-        }
-        kept[j] = k1;
-      }
-      ranked = true;
-      break;
-    }
-#endif
   }
   // kept: key > lo, or key == lo and among the first rem such keys in token order (all of them
   // when the bucket is kept whole: key >= lo)
   const uint32_t lo = prefix;
+  bool kept[8];
   uint64_t kc = 0;
-  if (ranked) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) kc += kept[j] ? 1u : 0u;
-  } else if (all_kept) {
+  if (all_kept) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       kept[j] = 8 * tid + j < N && key[j] >= lo;
