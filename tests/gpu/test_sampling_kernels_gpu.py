@@ -496,7 +496,7 @@ def test_cluster_gathered_tail_same_tokens(src, V, Ss):
     5000 tied top tokens exceed it), and return the token of the cluster-wide rejection rounds (the default instantiation: a per-row
     top_k without the hint) for every row: S CTAs per row, peaked, flat and ascending rows, rows of
     tied values at the top-k boundary (logits rounded to 1/4, and to 1/128: tie groups of ~10 in the
-    small digit bin that gathered_select ranks directly) and probs rows with zeros, k from 1025
+    k-th entry's digit bin, which gathered_select resolves by token index) and probs rows with zeros, k from 1025
     to 2048 (and 3000: not gathered), per-row top_p down to 0.26 (rows whose sixteen candidates all
     fall outside take reject_tail's fallback against the exact radix path), with and without min-p.
     With FIB_SAMPLING_GATHER_CAP=0 the hinted calls run the default instantiation (kernel code S)."""
@@ -510,8 +510,8 @@ def test_cluster_gathered_tail_same_tokens(src, V, Ss):
     lg[3:7] = torch.round(lg[3:7] * 4) / 4  # ties at the boundary
     # more than 4032 tokens tied at the top: the direct path's count exceeds the cap (the radix path)
     lg[9, torch.randperm(V, generator=gen, device=DEV)[:min(5000, V // 4)]] = lg[9].max() + 1.0
-    # tie groups of ~8-10 tokens around the k-th largest: the digit bin that holds it stays small
-    # (gather_tail.cuh's small-bin finish ranks its entries, ties by token index)
+    # tie groups of ~8-10 tokens around the k-th largest: the digit bin that holds it is small and
+    # tied (gathered_select takes the lower token indices first)
     lg[10:12] = torch.round(torch.randn(2, V, generator=gen, device=DEV) * 4.0 * 128) / 128
     if src == "probs":
         x = torch.softmax(lg, -1)
