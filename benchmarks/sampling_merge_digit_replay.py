@@ -37,6 +37,16 @@ def f2key(x):
     return np.where(neg, (~b) & np.uint64(0xFFFFFFFF), b | np.uint64(0x80000000))
 
 
+def kth_bin(cnt, rem):
+    """The bin that holds the rem-th largest entry of a histogram (bins ascending), and the count above it."""
+    above = 0
+    for b in range(cnt.size - 1, -1, -1):
+        if cnt[b] > 0 and above < rem <= above + cnt[b]:
+            return b, above
+        above += cnt[b]
+    raise ValueError("rem exceeds the histogram's total")
+
+
 def digit_passes(comp, k, top, prefix, width=8):
     """kth_prefix's digit passes from bit `top` down (the bits above it fixed to `prefix`): the
     number of passes and the size of the k-th entry's bin after each one."""
@@ -47,11 +57,7 @@ def digit_passes(comp, k, top, prefix, width=8):
         shift = top - w
         sel = comp[(comp & np.uint64(mask)) == np.uint64(prefix)]
         cnt = np.bincount(((sel >> np.uint64(shift)) & np.uint64((1 << w) - 1)).astype(np.int64), minlength=1 << w)
-        above = 0
-        for b in range((1 << w) - 1, -1, -1):
-            if cnt[b] > 0 and above < rem <= above + cnt[b]:
-                break
-            above += cnt[b]
+        b, above = kth_bin(cnt, rem)
         rem -= above
         sizes.append(int(cnt[b]))
         prefix |= b << shift
@@ -81,12 +87,8 @@ def replay_row(x, k, src):
     sh = max(ktop - 11, 0)
     cnt = np.bincount(((keys >> np.uint64(sh)) & np.uint64((1 << (ktop - sh)) - 1)).astype(np.int64),
                       minlength=1 << (ktop - sh))
-    above, rem = 0, k
-    for b in range(cnt.size - 1, -1, -1):
-        if cnt[b] > 0 and above < rem <= above + cnt[b]:
-            break
-        above += cnt[b]
-    rem -= above
+    b, above = kth_bin(cnt, k)
+    rem = k - above
     vb = int(cnt[b])
     after = 0
     if vb > rem:
