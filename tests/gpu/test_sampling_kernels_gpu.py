@@ -363,6 +363,46 @@ def test_twopass_reject_tail_same_tokens_as_cluster(src, k):
         S._CLUSTER = old
 
 
+@pytest.mark.parametrize("src", ["probs", "logits"])
+def test_twopass_large_k_rows_without_a_finite_maximum(src):
+    """The large-k instantiation's rows that would draw in reject_tail but whose maximum is +inf
+    (or, from logits, -inf everywhere) take the sorted tail instead (the merge's exact top k copied
+    out of the token-order set, FIB_TWOPASS_FUSED_TAIL): the token is one of the +inf entries
+    (token 0 for a row of -inf logits), the same at 1, 2 and 4 CTAs per row and at two CTAs per SM,
+    and the finite rows beside them still return the cluster kernel's token."""
+    B, V, k = 6, 50021, 2048
+    gen = torch.Generator(device=DEV).manual_seed(29 + (src == "logits"))
+    lg = torch.randn(B, V, generator=gen, device=DEV) * 2.0
+    infs = {0: [17, 30000, 50020], 1: [4242], 3: [7, 8, 9, 40000]}
+    if src == "probs":
+        x = torch.softmax(lg, -1)
+    else:
+        x = lg.clone()
+        x[2] = -float("inf")
+    for r, cols in infs.items():
+        x[r, cols] = float("inf")
+    p = torch.full((B,), 0.9, device=DEV)
+    flags = S._SAMPLE | (S._LOGITS if src == "logits" else 0)
+    old = S._CLUSTER
+    try:
+        S._CLUSTER = 4
+        ref = S._call(x, flags, top_k=k, top_p=p, seed=5, offset=1)
+        got = {}
+        for cl in (5001, 5002, 5004, 6001, 6002):
+            S._CLUSTER = cl
+            got[cl] = S._call(x, flags, top_k=k, top_p=p, seed=5, offset=1)
+            for r, cols in infs.items():
+                assert int(got[cl][r]) in cols, (cl, r, int(got[cl][r]))
+            if src == "logits":
+                assert int(got[cl][2]) == 0, (cl, int(got[cl][2]))
+            fin = [r for r in range(B) if r not in infs and not (src == "logits" and r == 2)]
+            assert torch.equal(got[cl][fin], ref[fin]), (cl, got[cl][fin].tolist(), ref[fin].tolist())
+        for cl in (5002, 5004, 6001, 6002):
+            assert torch.equal(got[cl], got[5001]), (cl, got[cl].tolist(), got[5001].tolist())
+    finally:
+        S._CLUSTER = old
+
+
 @pytest.mark.parametrize("src", ["probs", "logits", "logits_bf16"])
 @pytest.mark.parametrize("k", [1100, 2048])
 def test_twopass_large_k_row_bound_same_tokens(src, k):

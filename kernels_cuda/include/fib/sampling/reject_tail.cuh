@@ -101,9 +101,84 @@ __device__ __forceinline__ void sort_by_index(const uint64_t* G, int nc, int V, 
   __syncthreads();
 }
 
+// sort_by_index with the merge's append fused in: T = scr[0..nc) = the entries >= t of the set s
+// (the segments of the two-pass kernel's merge, any order; at most kRejTailMaxK of them, t exact)
+// in ascending token index, read straight from the segments: one pass counts the buckets, one
+// places each entry at its bucket's cursor, then the ranks by index within the buckets as in
+// sort_by_index (the same T, so the same token). The off table sits where reject_tail keeps it
+// (scr + kRejTailMaxK), T past no segment of s. Returns nc (every thread). All threads; barriers.
+#ifndef FIB_SORT_MEMBERS_NOINLINE
+#define FIB_SORT_MEMBERS_NOINLINE 0
+#endif
+template <class Set>
+#if FIB_SORT_MEMBERS_NOINLINE
+__device__ __noinline__
+#else
+__device__
+#endif
+int sort_members_by_index(const Set& s, uint64_t t, int V, uint64_t* scr, uint64_t* s_scratch) {
+  const int tid = threadIdx.x;
+  uint64_t* const T = scr;
+  uint32_t* const off = reinterpret_cast<uint32_t*>(scr + kRejTailMaxK);
+  int sh = 0;
+  while ((static_cast<uint32_t>(V - 1) >> (sh + 11)) != 0u) ++sh;
+#pragma unroll
+  for (int j = 0; j < kBins / kThreads; ++j) off[j * kThreads + tid] = 0u;
+  __syncthreads();
+  s.each([&](uint64_t v, bool valid) {
+    if (valid && v >= t) atomicAdd(&off[comp_index(v) >> sh], 1u);
+  });
+  __syncthreads();
+  uint32_t c[4];
+  uint32_t ls = 0;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    c[q] = off[4 * tid + q];
+    ls += c[q];
+  }
+  uint64_t tot = 0;
+  uint32_t run = static_cast<uint32_t>(block_excl_scan_u64(ls, s_scratch, &tot));
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    off[4 * tid + q] = run;
+    run += c[q];
+  }
+  __syncthreads();
+  // provisional places at the buckets' cursors; afterwards off[b] is bucket b's end
+  s.each([&](uint64_t v, bool valid) {
+    if (valid && v >= t) T[atomicAdd(&off[comp_index(v) >> sh], 1u)] = v;
+  });
+  __syncthreads();
+  const int nc = static_cast<int>(tot);
+  uint64_t v[4];
+  uint32_t at[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int j = 4 * tid + q;
+    v[q] = j < nc ? T[j] : 0ull;
+    at[q] = 0u;
+    if (j < nc) {
+      const uint32_t me = comp_index(v[q]), b = me >> sh;
+      const uint32_t beg = b > 0u ? off[b - 1] : 0u, end = off[b];
+      at[q] = beg;
+#if FIB_REJ_RANK_ROLLED
+#pragma unroll 1
+#endif
+      for (uint32_t i = beg; i < end; ++i) at[q] += comp_index(T[i]) < me ? 1u : 0u;
+    }
+  }
+  __syncthreads();  // (every provisional entry read)
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    if (4 * tid + q < nc) T[at[q]] = v[q];
+  __syncthreads();
+  return nc;
+}
+
 // The cluster kernel's rejection rounds on the exact top-k set G[0..nc) of a row of V tokens (any
 // order, or ascending token index where in_order: the cluster kernel's gathered tail, whose set is
-// copied instead of sorted; in_order 2: already copied to scr's first nc entries, T; top_k_first,
+// copied instead of sorted; in_order 2: already copied to scr's first nc entries, T; in_order 3: T
+// as in 2 (sort_members_by_index) and G only room for the fallback, which copies T there; top_k_first,
 // tp >= 0.25, wc.kind 0 or 1; kmin: the min-p key, 0 without min-p), and its fallback; seed /
 // offs: the row's Philox seed and offset. Writes the token to *out. G is sorted by value in place
 // on the fallback only (G zero-padded to the power of two above nc, as sort_desc_top needs). scr:
@@ -117,8 +192,9 @@ static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, ui
   uint32_t* const off = reinterpret_cast<uint32_t*>(scr + kRejTailMaxK);
   uint64_t* const cand = scr + kRejTailMaxK + kBins / 2;                                             // [4]
   uint64_t(*const ws)[kWarps] = reinterpret_cast<uint64_t(*)[kWarps]>(scr + kRejTailMaxK + kBins / 2 + 4);  // [4]
-  if (in_order == 2) {
-    // (T = scr holds G already, in token order: the gathered tail's select wrote both)
+  if (in_order >= 2) {
+    // (T = scr holds the set already, in token order: the gathered tail's select wrote both, or
+    // sort_members_by_index wrote T from the merge's segments)
   } else if (in_order) {
 #pragma unroll
     for (int q = 0; q < 4; ++q)
@@ -210,6 +286,12 @@ static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, ui
   // strictly larger keys hold less than the target, ties kept together) and a fresh draw (tag
   // kTagRetry) in token order over it, as the cluster kernel's radix top-p and 5b.
   __syncthreads();
+  if (in_order == 3) {  // (G: room only; the set, zero-padded to the power of two above nc)
+    int P = 32;
+    while (P < nc) P <<= 1;
+    for (int j = tid; j < P; j += kThreads) G[j] = j < nc ? T[j] : 0ull;
+    __syncthreads();
+  }
   sort_desc_top(G, nc, nc, G + kRankSortMax);
   uint64_t sw[4], sex[4];
   uint64_t sl = 0;

@@ -125,6 +125,15 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 #ifndef FIB_TWOPASS_ROW_BOUND
 #define FIB_TWOPASS_ROW_BOUND 1
 #endif
+// 1: the large-k instantiation's rows that draw in reject_tail take their exact top k straight from
+// the merge's segments into reject_tail's token order (sort_members_by_index, reject_tail.cuh):
+// the select's threshold exact at once (no slack, no second select), its traversal's maximum for
+// the weights, no append into a set, no pass for the maximum, no copy before the counting sort.
+// The same set in the same order, so the same token. 0: the append, the maximum's pass and
+// reject_tail's own sort_by_index, as before
+#ifndef FIB_TWOPASS_FUSED_TAIL
+#define FIB_TWOPASS_FUSED_TAIL 1
+#endif
 // diagnostic for profile builds only (-DFIB_SAMPLING_PROFILE): the large-k merge's select (one
 // non-inlined copy) and reject_tail each run twice before their own calls, timed (slots 17-19,
 // 23, 24, 26): the second run of the same code is warm (docs/sampling-journal.md, "Is the tail's
@@ -853,6 +862,44 @@ radix_again:  // (the row held fewer than k tokens at its bound: every rank's ex
     FIB_PROF_CTA(3);
     return;
   }
+#if FIB_TWOPASS_FUSED_TAIL
+  // (block-uniform) rows that draw in reject_tail below (its condition there)
+  const bool rej_fused = LK && !joint && use_p && tp >= 0.25f && p.rej_min_k > 0 && k > p.rej_min_k;
+  // the exact top k of the set sg (total entries) into scr in token order and reject_tail on it
+  // (true: the row is done); where the row's maximum is not finite (+inf, or no positive weight) the
+  // top k are copied to Gf for the sorted tail below instead (false: G = Gf, nc0 their count). scr:
+  // kRejTailScratch u64 apart from sg's segments; Gf: room for the set and the fallback's sort
+  auto fused_tail = [&](const Segs& sg, int total, uint64_t* scr, uint64_t* Gf) -> bool {
+    uint64_t mx = 0ull, t = 0ull;
+    if (total > k) {
+      t = kth_prefix<true>(sg, k, ssel, 0, &mx);
+    } else {  // (every entry is kept)
+      sg.each([&](uint64_t v, bool valid) { mx = (valid && v > mx) ? v : mx; });
+      mx = warp_max_u64(mx);
+      if (lane == 0) s_scratch[tid >> 5] = mx;
+      __syncthreads();
+      mx = warp_max_u64(lane < kWarps ? s_scratch[lane] : 0ull);
+      __syncthreads();  // (s_scratch is reused)
+    }
+    const int nc = sort_members_by_index(sg, t, p.V, scr, s_scratch);
+    if (S > 1 && !push) cl_arrive();  // no remote reads after this point
+    FIB_PROF(6);
+    const WeightCtx wc = make_weight_ctx(key2f(static_cast<uint32_t>(mx >> 32)), logits, scale);
+    if (wc.kind == 0 || wc.kind == 1) {
+      const uint32_t kmin = use_m ? f2key(min_p_threshold(wc, logits, T, mp)) : 0u;
+      reject_tail(p.out_idx + row, row, p.V, row_seed(p, row), row_offset(p, row), Gf, nc, wc, kmin, tp, scr,
+                  s_scratch, 3);
+      FIB_PROF(8);
+      if (S > 1 && !push) cl_wait();
+      return true;
+    }
+    for (int j = tid; j < nc; j += kThreads) Gf[j] = scr[j];
+    __syncthreads();
+    G = Gf;
+    nc0 = nc;
+    return false;
+  };
+#endif
   if (S > 1) {
 #if FIB_TWOPASS_ROW_BOUND
     if (!rb_redo)  // (the entry's arrive was waited once)
@@ -952,16 +999,35 @@ radix_again:  // (the row held fewer than k tokens at its bound: every rank's ex
       if (td == 1ull && tid == 0) s_res[0] = 0;  // (keeps both selects)
     }
 #endif
-    const uint64_t t = total <= direct ? 0ull : kth_prefix(sg, k, ssel, Pk - k);
-    if constexpr (LK && FIB_TWOPASS_MERGE_APPEND_GE != 0) {
-      append_ge(sg, t, G, &s_new);  // (the large-k instantiation: ~5.8K entries at k = 2048, S = 2)
-    } else {
-      sg.each([&](uint64_t v, bool valid) { warp_append1(valid && v >= t, v, G, &s_new); });
+#if FIB_TWOPASS_FUSED_TAIL
+    // (push: rank 0's own set fills buf's first nc0 entries, the pushed sets the ring; reject_tail
+    // reads T by 16-byte vectors, so its scratch starts at an even entry)
+    const int tail_at = (nc0 + 1) & ~1;
+    if (rej_fused && (!push || tail_at + kRejTailScratch <= kFilterCap)) {  // (block-uniform)
+      if (fused_tail(sg, total, push ? buf + tail_at : ring64, push ? ring64 : buf)) return;
+    } else
+#endif
+    {
+      const uint64_t t = total <= direct ? 0ull : kth_prefix(sg, k, ssel, Pk - k);
+      if constexpr (LK && FIB_TWOPASS_MERGE_APPEND_GE != 0) {
+        append_ge(sg, t, G, &s_new);  // (the large-k instantiation: ~5.8K entries at k = 2048, S = 2)
+      } else {
+        sg.each([&](uint64_t v, bool valid) { warp_append1(valid && v >= t, v, G, &s_new); });
+      }
+      __syncthreads();
+      nc0 = s_new;
+      if (!push) cl_arrive();  // no remote reads after this point
     }
-    __syncthreads();
-    nc0 = s_new;
-    if (!push) cl_arrive();  // no remote reads after this point
   }
+#if FIB_TWOPASS_FUSED_TAIL
+  else if (rej_fused) {  // (one CTA per row: its own set; the ring is free)
+    Segs sg;
+    sg.seg[0] = buf;
+    sg.cnt[0] = nc0;
+    sg.nseg = 1;
+    if (fused_tail(sg, nc0, ring64, buf)) return;
+  }
+#endif
   FIB_PROF(6);
   if constexpr (kRejTail) {
     // rows the cluster kernel samples by rejection after its top-k (sampler.cuh, rej_k_first): its
