@@ -13,6 +13,16 @@
 #else
 #define FIB_HAS_CLUSTER 0
 #endif
+// 1: the two-pass kernel's large-k rows that draw in reject_tail take their exact top k straight
+// from the merge's segments into reject_tail's token order (sort_members_by_index, reject_tail.cuh):
+// the select's threshold exact at once (no slack, no second select), its first traversal's maximum
+// for the weights (kth_prefix<true>), no append into a set, no pass for the maximum, no copy before
+// the counting sort. The same set in the same order, so the same token. Off (0) until it has run on
+// a GPU: with 0 the preprocessed source is the one before it (docs/sampling-journal.md, "The fused
+// tail, written but not run")
+#ifndef FIB_TWOPASS_FUSED_TAIL
+#define FIB_TWOPASS_FUSED_TAIL 0
+#endif
 
 namespace fib {
 namespace sampling {

@@ -101,6 +101,7 @@ __device__ __forceinline__ void sort_by_index(const uint64_t* G, int nc, int V, 
   __syncthreads();
 }
 
+#if FIB_TWOPASS_FUSED_TAIL
 // sort_by_index with the merge's append fused in: T = scr[0..nc) = the entries >= t of the set s
 // (the segments of the two-pass kernel's merge, any order; at most kRejTailMaxK of them, t exact)
 // in ascending token index, read straight from the segments: one pass counts the buckets, one
@@ -174,6 +175,7 @@ int sort_members_by_index(const Set& s, uint64_t t, int V, uint64_t* scr, uint64
   __syncthreads();
   return nc;
 }
+#endif
 
 // The cluster kernel's rejection rounds on the exact top-k set G[0..nc) of a row of V tokens (any
 // order, or ascending token index where in_order: the cluster kernel's gathered tail, whose set is
@@ -192,9 +194,14 @@ static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, ui
   uint32_t* const off = reinterpret_cast<uint32_t*>(scr + kRejTailMaxK);
   uint64_t* const cand = scr + kRejTailMaxK + kBins / 2;                                             // [4]
   uint64_t(*const ws)[kWarps] = reinterpret_cast<uint64_t(*)[kWarps]>(scr + kRejTailMaxK + kBins / 2 + 4);  // [4]
+#if FIB_TWOPASS_FUSED_TAIL
   if (in_order >= 2) {
     // (T = scr holds the set already, in token order: the gathered tail's select wrote both, or
     // sort_members_by_index wrote T from the merge's segments)
+#else
+  if (in_order == 2) {
+    // (T = scr holds G already, in token order: the gathered tail's select wrote both)
+#endif
   } else if (in_order) {
 #pragma unroll
     for (int q = 0; q < 4; ++q)
@@ -286,12 +293,14 @@ static __device__ __noinline__ void reject_tail(int64_t* out, int row, int V, ui
   // strictly larger keys hold less than the target, ties kept together) and a fresh draw (tag
   // kTagRetry) in token order over it, as the cluster kernel's radix top-p and 5b.
   __syncthreads();
+#if FIB_TWOPASS_FUSED_TAIL
   if (in_order == 3) {  // (G: room only; the set, zero-padded to the power of two above nc)
     int P = 32;
     while (P < nc) P <<= 1;
     for (int j = tid; j < P; j += kThreads) G[j] = j < nc ? T[j] : 0ull;
     __syncthreads();
   }
+#endif
   sort_desc_top(G, nc, nc, G + kRankSortMax);
   uint64_t sw[4], sex[4];
   uint64_t sl = 0;

@@ -67,10 +67,15 @@ struct SelectSmem {
 // or that sort the survivors anyway, save the last passes. All threads of the CTA call it; ends
 // with a barrier. Digits of up to 8 bits start at the highest bit in which the candidates differ;
 // each pass costs two block barriers: the histogram, then warp 0 scans it (8 bins per lane) and
-// picks the digit while warps 1..8 clear the other buffer. MX: also writes the set's largest
-// entry to *mx_out (every thread), which its first traversal finds anyway.
+// picks the digit while warps 1..8 clear the other buffer. (FIB_TWOPASS_FUSED_TAIL) MX: also
+// writes the set's largest entry to *mx_out (every thread), which its first traversal finds anyway.
+#if FIB_TWOPASS_FUSED_TAIL
 template <bool MX = false, class Set>
 __device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm, int slack = 0, uint64_t* mx_out = nullptr) {
+#else
+template <class Set>
+__device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm, int slack = 0) {
+#endif
   const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
   uint64_t mx = 0ull, mn = ~0ull;
   s.each([&](uint64_t v, bool valid) {
@@ -100,7 +105,9 @@ __device__ uint64_t kth_prefix(const Set& s, int k, SelectSmem& sm, int slack = 
     mn = sm.red[kWarps + w] < mn ? sm.red[kWarps + w] : mn;
   }
 #endif
+#if FIB_TWOPASS_FUSED_TAIL
   if constexpr (MX) *mx_out = mx;
+#endif
   if (mx == mn) {
     __syncthreads();  // (red is read by every thread before a later call rewrites it)
     return mn;

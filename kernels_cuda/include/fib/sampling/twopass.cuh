@@ -125,15 +125,7 @@ constexpr int kTpBatchMax = FIB_TWOPASS_BATCH_MAX;
 #ifndef FIB_TWOPASS_ROW_BOUND
 #define FIB_TWOPASS_ROW_BOUND 1
 #endif
-// 1: the large-k instantiation's rows that draw in reject_tail take their exact top k straight from
-// the merge's segments into reject_tail's token order (sort_members_by_index, reject_tail.cuh):
-// the select's threshold exact at once (no slack, no second select), its traversal's maximum for
-// the weights, no append into a set, no pass for the maximum, no copy before the counting sort.
-// The same set in the same order, so the same token. 0: the append, the maximum's pass and
-// reject_tail's own sort_by_index, as before
-#ifndef FIB_TWOPASS_FUSED_TAIL
-#define FIB_TWOPASS_FUSED_TAIL 1
-#endif
+// FIB_TWOPASS_FUSED_TAIL (common.cuh): the large-k rows' exact top k straight into reject_tail's order
 // diagnostic for profile builds only (-DFIB_SAMPLING_PROFILE): the large-k merge's select (one
 // non-inlined copy) and reject_tail each run twice before their own calls, timed (slots 17-19,
 // 23, 24, 26): the second run of the same code is warm (docs/sampling-journal.md, "Is the tail's
@@ -1005,19 +997,20 @@ radix_again:  // (the row held fewer than k tokens at its bound: every rank's ex
     const int tail_at = (nc0 + 1) & ~1;
     if (rej_fused && (!push || tail_at + kRejTailScratch <= kFilterCap)) {  // (block-uniform)
       if (fused_tail(sg, total, push ? buf + tail_at : ring64, push ? ring64 : buf)) return;
-    } else
+    } else {
 #endif
-    {
-      const uint64_t t = total <= direct ? 0ull : kth_prefix(sg, k, ssel, Pk - k);
-      if constexpr (LK && FIB_TWOPASS_MERGE_APPEND_GE != 0) {
-        append_ge(sg, t, G, &s_new);  // (the large-k instantiation: ~5.8K entries at k = 2048, S = 2)
-      } else {
-        sg.each([&](uint64_t v, bool valid) { warp_append1(valid && v >= t, v, G, &s_new); });
-      }
-      __syncthreads();
-      nc0 = s_new;
-      if (!push) cl_arrive();  // no remote reads after this point
+    const uint64_t t = total <= direct ? 0ull : kth_prefix(sg, k, ssel, Pk - k);
+    if constexpr (LK && FIB_TWOPASS_MERGE_APPEND_GE != 0) {
+      append_ge(sg, t, G, &s_new);  // (the large-k instantiation: ~5.8K entries at k = 2048, S = 2)
+    } else {
+      sg.each([&](uint64_t v, bool valid) { warp_append1(valid && v >= t, v, G, &s_new); });
     }
+    __syncthreads();
+    nc0 = s_new;
+    if (!push) cl_arrive();  // no remote reads after this point
+#if FIB_TWOPASS_FUSED_TAIL
+    }
+#endif
   }
 #if FIB_TWOPASS_FUSED_TAIL
   else if (rej_fused) {  // (one CTA per row: its own set; the ring is free)
