@@ -371,6 +371,8 @@ def test_twopass_large_k_rows_without_a_finite_maximum(src):
     (token 0 for a row of -inf logits), the same at 1, 2 and 4 CTAs per row and at two CTAs per SM,
     and the finite rows beside them still return the cluster kernel's token."""
     B, V, k = 6, 50021, 2048
+    if not rejects(k):
+        pytest.skip("top_k_first rows with k = 2048 take the sorted tail under this FIB_SAMPLING_REJECT_MIN_K")
     gen = torch.Generator(device=DEV).manual_seed(29 + (src == "logits"))
     lg = torch.randn(B, V, generator=gen, device=DEV) * 2.0
     infs = {0: [17, 30000, 50020], 1: [4242], 3: [7, 8, 9, 40000]}
