@@ -108,6 +108,8 @@ __device__ __forceinline__ void sort_by_index(const uint64_t* G, int nc, int V, 
 // places each entry at its bucket's cursor, then the ranks by index within the buckets as in
 // sort_by_index (the same T, so the same token). The off table sits where reject_tail keeps it
 // (scr + kRejTailMaxK), T past no segment of s. Returns nc (every thread). All threads; barriers.
+// Its scan and ranking repeat sort_by_index's on purpose while the switch is off (the shipped
+// source stays as it ran); once kept, sort_by_index becomes this over G as one segment, t = 0.
 #ifndef FIB_SORT_MEMBERS_NOINLINE
 #define FIB_SORT_MEMBERS_NOINLINE 0
 #endif
